@@ -1,0 +1,84 @@
+"""The one exception family every misuse of ssm-rollback raises.
+
+Two failure channels (an expected shortfall, such as no live snapshot, is a
+return value; only misuse raises) keep a scheduler's hot loop free of
+``try``. Every message reads like an attrs validator's: the argument's name,
+what was expected, what was given.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = [
+    "InvalidArgumentError",
+    "InvalidArgumentTypeError",
+    "InvariantError",
+    "OutOfOrderError",
+    "SsmRollbackError",
+    "StaleSnapshotError",
+    "UnknownSnapshotError",
+    "check_non_negative_int",
+]
+
+
+class SsmRollbackError(Exception):
+    """Base of every error ssm-rollback raises; catch this to catch them all."""
+
+
+class InvalidArgumentError(SsmRollbackError, ValueError):
+    """An argument has the wrong type or value; nothing was changed."""
+
+
+class InvalidArgumentTypeError(InvalidArgumentError, TypeError):
+    """An argument has the wrong type (also a ``TypeError``); nothing was changed.
+
+    Not exported by name: catch ``InvalidArgumentError`` or ``TypeError``.
+    """
+
+
+class OutOfOrderError(SsmRollbackError, ValueError):
+    """A snapshot was recorded at or before the newest live one.
+
+    After a rollback the scheduler must ``truncate_after`` the ring before it
+    records again; anything else would give two live snapshots whose order no
+    longer matches the token stream.
+    """
+
+
+class UnknownSnapshotError(SsmRollbackError, LookupError):
+    """A snapshot was named that the ring (or pool) does not hold."""
+
+
+class InvariantError(SsmRollbackError, AssertionError):
+    """An internal invariant is broken; ``check_valid()`` names which."""
+
+
+class StaleSnapshotError(SsmRollbackError, RuntimeError):
+    """A restore named a slot that holds another position, or nothing.
+
+    The pool copies nothing when it raises this: a bookkeeping bug can never
+    silently restore the wrong state.
+    """
+
+
+_INT_EXPECTED: Final = "an int >= 0"
+
+
+def describe(value: object) -> str:
+    """Render a given value for an error message: its repr and, if telling, its type."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"{value!r} of type {type(value).__name__}"
+    return repr(value)
+
+
+def check_non_negative_int(name: str, value: object) -> int:
+    """Return ``value`` if it is an ``int`` (not ``bool``) ``>= 0``; else raise naming ``name``."""
+    if type(value) is int:
+        if value >= 0:
+            return value
+    elif isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentTypeError(f"'{name}' must be {_INT_EXPECTED}, got {describe(value)}")
+    elif value >= 0:  # an int subclass (an IntEnum, say): keep its plain value
+        return int(value)
+    raise InvalidArgumentError(f"'{name}' must be {_INT_EXPECTED}, got {value!r}")

@@ -1,0 +1,32 @@
+"""Hypothesis profiles, chosen by ``HYPOTHESIS_PROFILE`` (default ``ci``).
+
+- ``ci``: deterministic and bounded, what CI and the README's test command run;
+- ``dev``: quick, random, for the edit-test loop;
+- ``soak``: 100x the ``ci`` examples, random, for a long run before a release.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci",
+    max_examples=300,
+    stateful_step_count=50,
+    derandomize=True,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile("dev", max_examples=30, stateful_step_count=30, deadline=None)
+settings.register_profile(
+    "soak",
+    max_examples=30_000,
+    stateful_step_count=50,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
