@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
+from ._effects import Effect, SsmSnapshotRestore, SsmSnapshotSave, effect_from_dict
 from ._errors import (
     InvalidArgumentError,
     InvariantError,
@@ -16,6 +17,15 @@ from ._errors import (
     UnknownSnapshotError,
 )
 from ._ring import SsmDecodeRing, SsmRingEntry
+from .pool import SaveOutcome, SlotTags, SnapshotPool, apply_effects
+from .rollback import (
+    DeclineReason,
+    RollbackDeclined,
+    RollbackPlan,
+    find_last_boundary_with_snapshot,
+    rollback_to_boundary,
+    snapshot_boundary_if_ssm,
+)
 
 try:
     __version__ = version("ssm-rollback")
@@ -23,12 +33,26 @@ except PackageNotFoundError:  # pragma: no cover - running from a bare source tr
     __version__ = "0+unknown"
 
 __all__ = [
+    "DeclineReason",
+    "Effect",
     "InvalidArgumentError",
     "InvariantError",
     "OutOfOrderError",
+    "RollbackDeclined",
+    "RollbackPlan",
+    "SaveOutcome",
+    "SlotTags",
+    "SnapshotPool",
     "SsmDecodeRing",
     "SsmRingEntry",
     "SsmRollbackError",
+    "SsmSnapshotRestore",
+    "SsmSnapshotSave",
     "StaleSnapshotError",
     "UnknownSnapshotError",
+    "apply_effects",
+    "effect_from_dict",
+    "find_last_boundary_with_snapshot",
+    "rollback_to_boundary",
+    "snapshot_boundary_if_ssm",
 ]

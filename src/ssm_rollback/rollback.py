@@ -1,0 +1,225 @@
+"""When to snapshot, which boundary a rollback can reach, and the plan that gets there.
+
+The scheduler keeps, per sequence, its ``boundaries``: the strictly ascending
+token positions (output lengths) at which a boundary token was committed.
+After committing each token it calls ``snapshot_boundary_if_ssm``; to roll
+back it calls ``rollback_to_boundary`` and carries out the plan: hand its
+effects to the pool (``apply_effects``), truncate its tokens and attention KV
+to ``plan.keep_len``. A shortfall (no reachable boundary, no live snapshot,
+a disabled ring) is a ``RollbackDeclined`` value, never an exception.
+
+``boundaries`` can be long (thousands of entries); nothing here scans it.
+Lookups bisect it, guided by the ring's few live positions, and only the
+elements actually read are checked (a violation seen is an
+``InvalidArgumentError``).
+"""
+
+from __future__ import annotations
+
+import enum
+from bisect import bisect_right
+from collections.abc import Sequence
+
+import attrs
+
+from ._effects import SsmSnapshotRestore, SsmSnapshotSave
+from ._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int
+from ._ring import SsmDecodeRing
+
+__all__ = [
+    "DeclineReason",
+    "RollbackDeclined",
+    "RollbackPlan",
+    "find_last_boundary_with_snapshot",
+    "rollback_to_boundary",
+    "snapshot_boundary_if_ssm",
+]
+
+
+class DeclineReason(enum.Enum):
+    """Why a rollback was declined; when several apply, ``RING_DISABLED`` wins."""
+
+    #: A hybrid model whose ring has capacity 0: every rollback is declined.
+    RING_DISABLED = "ring_disabled"
+    #: No boundary at or before the rollback limit.
+    NO_BOUNDARY = "no_boundary"
+    #: Boundaries are reachable, but none of them still has a live snapshot.
+    SNAPSHOT_EVICTED = "snapshot_evicted"
+
+
+@attrs.frozen
+class RollbackPlan:
+    """A rollback to carry out: apply ``effects``, then truncate tokens and KV to ``keep_len``."""
+
+    seq: int
+    keep_len: int
+    tokens_dropped: int
+    effects: tuple[SsmSnapshotRestore, ...]
+
+
+@attrs.frozen
+class RollbackDeclined:
+    """A rollback that cannot be done; nothing was changed."""
+
+    seq: int
+    reason: DeclineReason
+
+
+def _check_bool(name: str, value: object) -> bool:
+    if type(value) is not bool:
+        raise InvalidArgumentTypeError(
+            f"'{name}' must be a bool, got {value!r} of type {type(value).__name__}"
+        )
+    return value
+
+
+def snapshot_boundary_if_ssm(
+    ring: SsmDecodeRing,
+    *,
+    seq: int,
+    token_position: int,
+    is_boundary: bool,
+    in_thinking: bool,
+) -> SsmSnapshotSave | None:
+    """After committing a token: record a snapshot if it is a boundary worth rolling back to.
+
+    ``token_position`` is the new output length. Returns the save to hand to
+    the pool for a boundary token outside thinking on an enabled ring;
+    otherwise ``None``, and nothing changes.
+    """
+    # Runs for every sequence at every step: plain ints and bools take the
+    # two-comparison path, anything else the full check.
+    if type(seq) is not int or seq < 0:
+        seq = check_non_negative_int("seq", seq)
+    if type(token_position) is not int or token_position < 0:
+        token_position = check_non_negative_int("token_position", token_position)
+    if type(is_boundary) is not bool:
+        _check_bool("is_boundary", is_boundary)
+    if type(in_thinking) is not bool:
+        _check_bool("in_thinking", in_thinking)
+    if not is_boundary or in_thinking:
+        return None
+    slot = ring.record(token_position)
+    if slot is None:
+        return None
+    return SsmSnapshotSave(seq, slot, token_position)
+
+
+def _boundary_at(boundaries: Sequence[int], index: int) -> int:
+    value = boundaries[index]
+    if type(value) is not int or value < 0:
+        value = check_non_negative_int(f"boundaries[{index}]", value)
+    return value
+
+
+def _last_boundary_index(boundaries: Sequence[int], limit: int) -> int:
+    """Index of the largest boundary ``<= limit``, or -1; checks the elements it reads."""
+    index = bisect_right(boundaries, limit) - 1
+    if index >= 0:
+        found = _boundary_at(boundaries, index)
+        if index > 0 and _boundary_at(boundaries, index - 1) >= found:
+            raise InvalidArgumentError(
+                f"'boundaries' must be strictly ascending, got boundaries[{index - 1}] = "
+                f"{boundaries[index - 1]} and boundaries[{index}] = {found}"
+            )
+    return index
+
+
+def _check_sequence(boundaries: Sequence[int]) -> None:
+    if not isinstance(boundaries, Sequence) or isinstance(boundaries, str | bytes):
+        raise InvalidArgumentTypeError(
+            f"'boundaries' must be a sequence of ints, got {type(boundaries).__name__}"
+        )
+
+
+def _check_last(boundaries: Sequence[int], current_len: int) -> None:
+    _check_sequence(boundaries)
+    if boundaries:
+        last = _boundary_at(boundaries, len(boundaries) - 1)
+        if last > current_len:
+            raise InvalidArgumentError(
+                f"'boundaries' must all be <= current_len {current_len}, "
+                f"got a last boundary of {last}"
+            )
+
+
+def _limit(at_most: int | None, ceiling: int | None) -> int | None:
+    if at_most is not None:
+        at_most = check_non_negative_int("at_most", at_most)
+    if ceiling is None:
+        return at_most
+    return ceiling if at_most is None else min(at_most, ceiling)
+
+
+def _find(ring: SsmDecodeRing, boundaries: Sequence[int], limit: int | None) -> int | None:
+    # The ring holds a handful of live positions: try them newest first and
+    # bisect the (possibly long) boundary history for each.
+    for position in reversed(ring.snapshot_positions()):
+        if limit is not None and position > limit:
+            continue
+        index = _last_boundary_index(boundaries, position)
+        if index >= 0 and boundaries[index] == position:
+            return position
+    return None
+
+
+def find_last_boundary_with_snapshot(
+    ring: SsmDecodeRing, boundaries: Sequence[int], *, at_most: int | None = None
+) -> int | None:
+    """The largest boundary (``<= at_most`` when given) that still has a live snapshot."""
+    _check_sequence(boundaries)
+    return _find(ring, boundaries, _limit(at_most, None))
+
+
+def rollback_to_boundary(
+    ring: SsmDecodeRing,
+    boundaries: Sequence[int],
+    *,
+    seq: int,
+    current_len: int,
+    at_most: int | None = None,
+    hybrid: bool = True,
+) -> RollbackPlan | RollbackDeclined:
+    """Plan a rollback of sequence ``seq`` to its last reachable boundary.
+
+    The target is the largest boundary ``<= min(at_most, current_len)``; on a
+    hybrid model it must also have a live snapshot, the ring is truncated to
+    it and the plan carries the one restore to apply. On a pure-attention
+    model (``hybrid=False``) the plan only truncates and the ring is left
+    alone. A decline changes nothing.
+    """
+    seq = check_non_negative_int("seq", seq)
+    current_len = check_non_negative_int("current_len", current_len)
+    hybrid = _check_bool("hybrid", hybrid)
+    _check_last(boundaries, current_len)
+    limit = _limit(at_most, current_len)
+    assert limit is not None  # current_len is the ceiling
+    if hybrid:
+        positions = ring.snapshot_positions()
+        if positions and positions[-1] > current_len:
+            raise InvalidArgumentError(
+                f"'current_len' must be >= every live snapshot position, got {current_len} "
+                f"while the ring holds {positions[-1]}; truncate_after() the ring whenever "
+                f"the sequence is truncated"
+            )
+        if not ring.is_enabled:
+            return RollbackDeclined(seq, DeclineReason.RING_DISABLED)
+        target = _find(ring, boundaries, limit)
+        if target is None:
+            return RollbackDeclined(seq, _shortfall(boundaries, limit))
+        slot = ring.slot_for_position(target)
+        assert slot is not None  # _find only returns live positions
+        ring.truncate_after(target)
+        restore = SsmSnapshotRestore(seq, slot, target)
+        return RollbackPlan(seq, target, current_len - target, (restore,))
+    index = _last_boundary_index(boundaries, limit)
+    if index < 0:
+        return RollbackDeclined(seq, DeclineReason.NO_BOUNDARY)
+    target = boundaries[index]
+    return RollbackPlan(seq, target, current_len - target, ())
+
+
+def _shortfall(boundaries: Sequence[int], limit: int) -> DeclineReason:
+    if _last_boundary_index(boundaries, limit) < 0:
+        return DeclineReason.NO_BOUNDARY
+    return DeclineReason.SNAPSHOT_EVICTED

@@ -1,0 +1,236 @@
+"""The conformance suite every ``SnapshotPool`` passes, ours and third parties' alike."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import ClassVar, Generic, TypeVar
+
+import pytest
+
+from ssm_rollback._effects import SsmSnapshotRestore, SsmSnapshotSave
+from ssm_rollback._errors import InvalidArgumentError, StaleSnapshotError
+from ssm_rollback._ring import SsmDecodeRing
+from ssm_rollback.pool import SaveOutcome, SnapshotPool, apply_effects
+
+__all__ = ["SnapshotPoolConformance"]
+
+P = TypeVar("P", bound=SnapshotPool)
+
+Save = SsmSnapshotSave
+Restore = SsmSnapshotRestore
+
+
+class SnapshotPoolConformance(Generic[P]):
+    """Pytest test methods for a ``SnapshotPool``; subclass it as ``TestMyPool``.
+
+    Implement ``make_pool``, ``set_live`` and ``get_live``: a row's live
+    state is set to (and read back as) a small int marker, below 200 so that
+    every dtype holds it exactly; ``get_live`` must not return a marker for a
+    row whose state is a mix of two. Implement ``fail_saves`` too if the
+    backend can be made to fail saves; the failure tests are skipped
+    otherwise.
+    """
+
+    num_sequences: ClassVar[int] = 6
+    slots_per_sequence: ClassVar[int] = 3
+
+    def make_pool(self, num_sequences: int, slots_per_sequence: int) -> P:
+        """A fresh pool with every row's live state set to some marker."""
+        raise NotImplementedError
+
+    def set_live(self, pool: P, seq: int, value: int) -> None:
+        """Make row ``seq``'s live state the marker ``value``, in every state tensor."""
+        raise NotImplementedError
+
+    def get_live(self, pool: P, seq: int) -> int:
+        """The marker row ``seq``'s live state holds (fail if it holds a mix)."""
+        raise NotImplementedError
+
+    def fail_saves(self, pool: P, predicate: Callable[[SsmSnapshotSave], bool]) -> bool:
+        """Make saves for which ``predicate`` holds fail; return False if the backend can't."""
+        return False
+
+    # -- helpers -----------------------------------------------------------
+
+    def _pool(self) -> P:
+        pool = self.make_pool(self.num_sequences, self.slots_per_sequence)
+        for seq in range(self.num_sequences):
+            self.set_live(pool, seq, 1 + seq)
+        return pool
+
+    def _live(self, pool: P) -> list[int]:
+        return [self.get_live(pool, seq) for seq in range(pool.num_sequences)]
+
+    def _tags(self, pool: P) -> list[int | None]:
+        return [
+            pool.stored_position(seq, slot)
+            for seq in range(pool.num_sequences)
+            for slot in range(pool.slots_per_sequence)
+        ]
+
+    def _failing(self, pool: P, predicate: Callable[[SsmSnapshotSave], bool]) -> None:
+        if not self.fail_saves(pool, predicate):
+            pytest.skip("this backend cannot be made to fail saves")
+
+    # -- the suite -----------------------------------------------------------
+
+    def test_reports_its_shape(self) -> None:
+        pool = self._pool()
+        assert pool.num_sequences == self.num_sequences
+        assert pool.slots_per_sequence == self.slots_per_sequence
+        assert isinstance(pool, SnapshotPool)
+
+    def test_starts_holding_nothing(self) -> None:
+        pool = self._pool()
+        assert set(self._tags(pool)) == {None}
+        with pytest.raises(StaleSnapshotError, match="holds nothing"):
+            pool.restore([Restore(0, 0, 0)])
+        assert self._live(pool) == [1 + seq for seq in range(self.num_sequences)]
+
+    def test_round_trip_of_many_rows_in_one_call(self) -> None:
+        pool = self._pool()
+        rows = range(self.num_sequences)
+        outcome = pool.save([Save(seq, 1, 7) for seq in rows])
+        assert outcome == SaveOutcome(())
+        assert [pool.stored_position(seq, 1) for seq in rows] == [7] * len(rows)
+        for seq in rows:
+            self.set_live(pool, seq, 100 + seq)
+        pool.restore([Restore(seq, 1, 7) for seq in rows])
+        assert self._live(pool) == [1 + seq for seq in rows]
+
+    def test_save_changes_neither_live_state_nor_other_slots(self) -> None:
+        pool = self._pool()
+        pool.save([Save(2, 0, 4)])
+        assert self._live(pool) == [1 + seq for seq in range(self.num_sequences)]
+        assert [t for t in self._tags(pool) if t is not None] == [4]
+        assert pool.stored_position(2, 0) == 4
+
+    def test_restore_touches_only_the_rows_it_names(self) -> None:
+        pool = self._pool()
+        pool.save([Save(seq, 2, 9) for seq in range(self.num_sequences)])
+        for seq in range(self.num_sequences):
+            self.set_live(pool, seq, 50 + seq)
+        pool.restore([Restore(3, 2, 9), Restore(0, 2, 9)])
+        expected = [50 + seq for seq in range(self.num_sequences)]
+        expected[0], expected[3] = 1, 4
+        assert self._live(pool) == expected
+
+    def test_batches_mix_rows_slots_and_positions(self) -> None:
+        pool = self._pool()
+        # rows at different positions, in shuffled order, into different slots
+        saves = [Save(4, 1, 40), Save(1, 0, 11), Save(5, 2, 52), Save(0, 1, 3)]
+        assert pool.save(saves).ok
+        for seq in range(self.num_sequences):
+            self.set_live(pool, seq, 150 + seq)
+        pool.restore([Restore(5, 2, 52), Restore(0, 1, 3), Restore(4, 1, 40)])
+        assert self._live(pool) == [1, 151, 152, 153, 5, 6]
+        assert pool.stored_position(1, 0) == 11
+
+    def test_repeated_saves_to_one_slot_keep_the_latest(self) -> None:
+        pool = self._pool()
+        pool.save([Save(1, 0, 3)])
+        self.set_live(pool, 1, 77)
+        pool.save([Save(1, 0, 5)])
+        assert pool.stored_position(1, 0) == 5
+        self.set_live(pool, 1, 0)
+        with pytest.raises(StaleSnapshotError, match="holds position 5, not position 3"):
+            pool.restore([Restore(1, 0, 3)])
+        assert self.get_live(pool, 1) == 0
+        pool.restore([Restore(1, 0, 5)])
+        assert self.get_live(pool, 1) == 77
+
+    def test_a_stale_restore_in_a_batch_copies_nothing(self) -> None:
+        pool = self._pool()
+        pool.save([Save(0, 0, 2), Save(1, 0, 2)])
+        for seq in range(self.num_sequences):
+            self.set_live(pool, seq, 30 + seq)
+        before = self._live(pool)
+        with pytest.raises(StaleSnapshotError, match=r"\(seq 1, slot 1\) holds nothing"):
+            pool.restore([Restore(0, 0, 2), Restore(1, 1, 2)])
+        with pytest.raises(StaleSnapshotError, match="holds position 2, not position 3"):
+            pool.restore([Restore(0, 0, 2), Restore(1, 0, 3)])
+        assert self._live(pool) == before
+
+    @pytest.mark.parametrize(
+        "bad",
+        [
+            [Save(99, 0, 1)],
+            [Save(0, 99, 1)],
+            [Save(0, 0, 1), Save(0, 1, 1)],
+            [Restore(0, 0, 1)],
+        ],
+        ids=["seq out of range", "slot out of range", "row twice", "wrong effect kind"],
+    )
+    def test_bad_save_batches_raise_and_change_nothing(self, bad: list[Save]) -> None:
+        pool = self._pool()
+        pool.save([Save(0, 0, 1)])
+        tags, live = self._tags(pool), self._live(pool)
+        with pytest.raises(InvalidArgumentError):
+            pool.save(bad)
+        assert (self._tags(pool), self._live(pool)) == (tags, live)
+
+    @pytest.mark.parametrize(
+        "bad",
+        [
+            [Restore(99, 0, 1)],
+            [Restore(0, 99, 1)],
+            [Restore(0, 0, 1), Restore(0, 0, 1)],
+            [Save(0, 0, 1)],
+        ],
+        ids=["seq out of range", "slot out of range", "row twice", "wrong effect kind"],
+    )
+    def test_bad_restore_batches_raise_and_change_nothing(self, bad: list[Restore]) -> None:
+        pool = self._pool()
+        pool.save([Save(0, 0, 1)])
+        self.set_live(pool, 0, 99)
+        tags, live = self._tags(pool), self._live(pool)
+        with pytest.raises(InvalidArgumentError):
+            pool.restore(bad)
+        assert (self._tags(pool), self._live(pool)) == (tags, live)
+
+    def test_empty_batches_do_nothing(self) -> None:
+        pool = self._pool()
+        assert pool.save([]) == SaveOutcome(())
+        pool.restore([])
+        assert set(self._tags(pool)) == {None}
+
+    def test_stored_position_refuses_ids_out_of_range(self) -> None:
+        pool = self._pool()
+        with pytest.raises(InvalidArgumentError, match="'seq'"):
+            pool.stored_position(self.num_sequences, 0)
+        with pytest.raises(InvalidArgumentError, match="'slot'"):
+            pool.stored_position(0, self.slots_per_sequence)
+
+    def test_a_pool_without_slots_refuses_every_save(self) -> None:
+        pool = self.make_pool(2, 0)
+        with pytest.raises(InvalidArgumentError, match="slots_per_sequence 0"):
+            pool.save([Save(0, 0, 1)])
+
+    def test_failed_saves_hold_nothing_and_the_rest_succeed(self) -> None:
+        pool = self._pool()
+        pool.save([Save(1, 0, 3)])  # an older snapshot the failed save overwrites
+        self._failing(pool, lambda save: save.seq == 1)
+        saves = [Save(0, 0, 5), Save(1, 0, 5), Save(2, 0, 5)]
+        assert pool.save(saves).failed == (saves[1],)
+        assert [pool.stored_position(seq, 0) for seq in range(3)] == [5, None, 5]
+        for position in (3, 5):
+            with pytest.raises(StaleSnapshotError):
+                pool.restore([Restore(1, 0, position)])
+        self.fail_saves(pool, lambda save: False)
+        assert pool.save([Save(1, 0, 6)]).ok
+        assert pool.stored_position(1, 0) == 6
+
+    def test_apply_effects_discards_failed_saves_from_their_rings(self) -> None:
+        pool = self._pool()
+        rings = [SsmDecodeRing(self.slots_per_sequence) for _ in range(self.num_sequences)]
+        self._failing(pool, lambda save: save.seq % 2 == 1)
+        effects = []
+        for seq, ring in enumerate(rings):
+            slot = ring.record(8)
+            assert slot is not None
+            effects.append(Save(seq, slot, 8))
+        outcome = apply_effects(pool, effects, rings)
+        assert {save.seq for save in outcome.failed} == {1, 3, 5}
+        for seq, ring in enumerate(rings):
+            assert ring.snapshot_positions() == (() if seq % 2 else (8,))
+            assert ring.next_slot == (0 if seq % 2 else 1)  # the failed slot is reused next

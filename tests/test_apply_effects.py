@@ -1,0 +1,121 @@
+"""apply_effects: order, batching, failed saves, and refusals before any copy."""
+
+from __future__ import annotations
+
+import pytest
+
+from ssm_rollback import (
+    Effect,
+    InvalidArgumentError,
+    SaveOutcome,
+    SlotTags,
+    SsmDecodeRing,
+    SsmSnapshotRestore,
+    SsmSnapshotSave,
+    StaleSnapshotError,
+    apply_effects,
+)
+from ssm_rollback.backends.fake import FakeSnapshotPool
+
+Save, Restore = SsmSnapshotSave, SsmSnapshotRestore
+
+
+def setup(rows: int = 3, slots: int = 2) -> tuple[FakeSnapshotPool, list[SsmDecodeRing]]:
+    pool = FakeSnapshotPool(rows, slots)
+    pool.live[:] = [f"row{seq}@0" for seq in range(rows)]
+    return pool, [SsmDecodeRing(slots) for _ in range(rows)]
+
+
+def test_consecutive_effects_of_a_kind_are_one_call_in_order() -> None:
+    pool, rings = setup()
+    effects: list[Effect] = [
+        Save(0, 0, 1),
+        Save(1, 0, 1),
+        Restore(0, 0, 1),
+        Save(2, 1, 4),
+        Restore(1, 0, 1),
+    ]
+    for ring in rings:
+        ring.record(1)
+    assert apply_effects(pool, effects, rings) == SaveOutcome(())
+    assert (pool.save_calls, pool.restore_calls, pool.copies) == (2, 2, 5)
+
+
+def test_a_save_after_a_restore_sees_the_restored_state() -> None:
+    pool, rings = setup()
+    pool.save([Save(0, 0, 3)])
+    pool.live[0] = "later"
+    apply_effects(pool, [Restore(0, 0, 3), Save(0, 1, 3)], rings)
+    assert pool.stored_value(0, 1) == "row0@0"
+
+
+def test_failed_saves_are_discarded_from_rings_given_as_a_mapping() -> None:
+    pool = FakeSnapshotPool(8, 2)
+    rings = {5: SsmDecodeRing(2), 7: SsmDecodeRing(2)}
+    saves = []
+    for seq, ring in rings.items():
+        slot = ring.record(10)
+        assert slot is not None
+        saves.append(Save(seq, slot, 10))
+    pool.fail_when(lambda save: save.seq == 7)
+    outcome = apply_effects(pool, saves, rings)
+    assert outcome.failed == (Save(7, 0, 10),)
+    assert rings[5].snapshot_positions() == (10,)
+    assert rings[7].snapshot_positions() == ()
+
+
+def test_a_failed_save_the_ring_already_dropped_is_left_alone() -> None:
+    pool, rings = setup()
+    rings[0].record(5)
+    rings[0].truncate_after(4)  # the scheduler rolled back before applying
+    rings[0].record(5)  # ...and recorded 5 again, in slot 0 again
+    pool.fail_when(lambda save: True)
+    apply_effects(pool, [Save(0, 1, 5)], rings)  # a save for a slot the ring does not use
+    assert rings[0].snapshot_positions() == (5,)
+
+
+def test_every_effect_is_checked_before_the_first_copy() -> None:
+    pool, rings = setup()
+    with pytest.raises(InvalidArgumentError, match=r"'effects\[1\]' must be an SsmSnapshotSave"):
+        apply_effects(pool, [Save(0, 0, 1), "save"], rings)  # type: ignore[list-item]
+    with pytest.raises(InvalidArgumentError, match="got none for seq 9"):
+        apply_effects(FakeSnapshotPool(10, 1), [Save(0, 0, 1), Save(9, 0, 1)], rings)
+    assert pool.save_calls == 0
+
+
+def test_a_stale_restore_stops_the_run_after_the_batches_before_it() -> None:
+    pool, rings = setup()
+    rings[0].record(1)
+    with pytest.raises(StaleSnapshotError, match="holds nothing"):
+        apply_effects(pool, [Save(0, 0, 1), Restore(1, 0, 1), Save(2, 0, 1)], rings)
+    assert pool.stored_position(0, 0) == 1  # the batch before it ran
+    assert pool.stored_position(2, 0) is None  # the one after it did not
+
+
+def test_no_effects_no_calls() -> None:
+    pool, rings = setup()
+    assert apply_effects(pool, [], rings).ok
+    assert (pool.save_calls, pool.restore_calls) == (0, 0)
+
+
+def test_slot_tags_on_their_own() -> None:
+    tags = SlotTags(2, 3)
+    assert (tags.num_sequences, tags.slots_per_sequence) == (2, 3)
+    assert tags.index(1, 2) == 5
+    tags.check_saves([Save(1, 2, 4)])
+    tags.mark_saved([Save(1, 2, 4)])
+    assert tags.stored_position(1, 2) == 4
+    tags.check_restores([Restore(1, 2, 4)])
+    tags.mark_failed([Save(1, 2, 5)])
+    assert tags.stored_position(1, 2) is None
+    assert repr(tags) == "SlotTags(num_sequences=2, slots_per_sequence=3, held=0)"
+    with pytest.raises(InvalidArgumentError, match="must be a sequence"):
+        tags.check_saves(iter([Save(0, 0, 1)]))  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="'seq' must be an int"):
+        tags.stored_position(-1, 0)
+
+
+def test_many_stale_restores_are_summarised() -> None:
+    tags = SlotTags(8, 1)
+    with pytest.raises(StaleSnapshotError, match=r"\(and 4 more\)"):
+        tags.check_restores([Restore(seq, 0, 1) for seq in range(8)])
