@@ -37,6 +37,8 @@ def test_every_public_module_is_documented() -> None:
 
 @pytest.mark.parametrize("module", MODULES)
 def test_all_is_exactly_what_the_docs_list(module: str) -> None:
+    if module.endswith(".torch"):
+        pytest.importorskip("torch")
     imported = importlib.import_module(module)
     assert set(imported.__all__) == documented(module)
     assert len(imported.__all__) == len(set(imported.__all__))

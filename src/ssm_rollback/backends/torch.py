@@ -1,0 +1,278 @@
+"""The torch snapshot pool: batched copies of SSM state on any torch device.
+
+Snapshot storage for every row and slot is allocated once, beside each live
+state tensor: for a live tensor whose ``batch_dim`` has ``num_sequences``
+rows, the storage tensor has ``num_sequences * slots_per_sequence`` rows on
+that dim (snapshot ``(seq, slot)`` is row ``seq * slots_per_sequence +
+slot``), same device, same dtype. A step's saves are one ``index_copy_`` per
+state tensor; a step's restores one ``index_select`` and one ``index_copy_``
+per state tensor: the work in torch calls depends on the number of state
+tensors, never on the number of sequences or layers stacked in a tensor.
+
+No host-device synchronisation happens in ``save`` or ``restore``: every
+decision is made on the host from the effects' Python ints (the position
+tags included), and the index tensors are built on the host and sent to the
+device with ``non_blocking=True`` from pinned memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final, final
+
+import torch
+
+from .._effects import SsmSnapshotRestore, SsmSnapshotSave
+from .._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int
+from ..pool import SaveOutcome, SlotTags
+
+__all__ = ["SUPPORTED_DTYPES", "TorchSnapshotPool"]
+
+#: Dtypes a state tensor may have: the floating types SSM kernels keep state in.
+SUPPORTED_DTYPES: Final = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
+
+
+def _check_live_states(live_states: Sequence[torch.Tensor], batch_dim: int) -> int:
+    """Validate the live state tensors; return their shared row count."""
+    if isinstance(live_states, torch.Tensor) or not isinstance(live_states, Sequence):
+        raise InvalidArgumentTypeError(
+            f"'live_states' must be a sequence of torch tensors, got {type(live_states).__name__}"
+        )
+    if not live_states:
+        raise InvalidArgumentError("'live_states' must hold at least one tensor, got none")
+    rows: int | None = None
+    device: torch.device | None = None
+    for i, tensor in enumerate(live_states):
+        if not isinstance(tensor, torch.Tensor):
+            raise InvalidArgumentTypeError(
+                f"'live_states[{i}]' must be a torch.Tensor, got {type(tensor).__name__}"
+            )
+        if tensor.dtype not in SUPPORTED_DTYPES:
+            names = ", ".join(sorted(str(d) for d in SUPPORTED_DTYPES))
+            raise InvalidArgumentError(
+                f"'live_states[{i}]' must have one of the dtypes {names}, got {tensor.dtype}"
+            )
+        if tensor.dim() <= batch_dim:
+            raise InvalidArgumentError(
+                f"'live_states[{i}]' must have a dim {batch_dim} ('batch_dim'), got shape "
+                f"{tuple(tensor.shape)}"
+            )
+        if device is None:
+            device = tensor.device
+        elif tensor.device != device:
+            raise InvalidArgumentError(
+                f"'live_states' must all be on one device, got {device} for live_states[0] "
+                f"and {tensor.device} for live_states[{i}]"
+            )
+        if rows is None:
+            rows = tensor.shape[batch_dim]
+        elif tensor.shape[batch_dim] != rows:
+            raise InvalidArgumentError(
+                f"'live_states' must all have the same rows on batch_dim {batch_dim}, got "
+                f"{rows} for live_states[0] and {tensor.shape[batch_dim]} for "
+                f"live_states[{i}] (shape {tuple(tensor.shape)})"
+            )
+    assert rows is not None
+    return rows
+
+
+def _batch_dim(value: int) -> int:
+    return check_non_negative_int("batch_dim", value)
+
+
+@final
+class TorchSnapshotPool:
+    """A ``SnapshotPool`` over torch tensors holding the live SSM state, on any device.
+
+    ``live_states`` are the engine's own state tensors (say a conv and an SSM
+    state per layer, ``[B, ...]``, or layers stacked as ``[L, B, ...]`` with
+    ``batch_dim=1``), all with ``num_sequences`` rows on ``batch_dim`` and on
+    one device. They must stay the same tensor objects, updated in place;
+    the pool copies into and out of them. Storage is allocated here, once.
+    """
+
+    def __init__(
+        self,
+        live_states: Sequence[torch.Tensor],
+        slots_per_sequence: int,
+        *,
+        batch_dim: int = 0,
+    ) -> None:
+        batch_dim = _batch_dim(batch_dim)
+        slots = check_non_negative_int("slots_per_sequence", slots_per_sequence)
+        rows = _check_live_states(live_states, batch_dim)
+        self._live: tuple[torch.Tensor, ...] = tuple(live_states)
+        self._batch_dim = batch_dim
+        self._tags = SlotTags(rows, slots)
+        self._device = self._live[0].device
+        self._pin = self._device.type == "cuda"
+        self._storage: tuple[torch.Tensor, ...] = tuple(
+            torch.empty(_storage_shape(t, batch_dim, slots), dtype=t.dtype, device=t.device)
+            for t in self._live
+        )
+        # The copies run on views of live and storage as rows of the widest
+        # integer that divides a row: bitwise the same, several times fewer
+        # elements for the index kernels to move one by one.
+        self._pairs: tuple[tuple[torch.Tensor, torch.Tensor], ...] = tuple(
+            _row_views(live, storage, batch_dim)
+            for live, storage in zip(self._live, self._storage, strict=True)
+        )
+
+    # -- sizes ---------------------------------------------------------------
+
+    @staticmethod
+    def bytes_needed(
+        live_states: Sequence[torch.Tensor], slots_per_sequence: int, *, batch_dim: int = 0
+    ) -> int:
+        """Bytes a pool over ``live_states`` with this many slots would allocate (plan first)."""
+        slots = check_non_negative_int("slots_per_sequence", slots_per_sequence)
+        _check_live_states(live_states, _batch_dim(batch_dim))
+        return slots * sum(t.numel() * t.element_size() for t in live_states)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of snapshot storage this pool allocated."""
+        return sum(s.numel() * s.element_size() for s in self._storage)
+
+    @property
+    def num_sequences(self) -> int:
+        """Rows: the size of every live state tensor on ``batch_dim``."""
+        return self._tags.num_sequences
+
+    @property
+    def slots_per_sequence(self) -> int:
+        """Snapshot slots per row."""
+        return self._tags.slots_per_sequence
+
+    @property
+    def batch_dim(self) -> int:
+        """The dim of every live tensor that indexes rows."""
+        return self._batch_dim
+
+    @property
+    def device(self) -> torch.device:
+        """The device of the live state and of the snapshots."""
+        return self._device
+
+    @property
+    def live_states(self) -> tuple[torch.Tensor, ...]:
+        """The live state tensors the pool copies from and into."""
+        return self._live
+
+    def __repr__(self) -> str:
+        return (
+            f"TorchSnapshotPool(num_sequences={self.num_sequences}, "
+            f"slots_per_sequence={self.slots_per_sequence}, tensors={len(self._live)}, "
+            f"batch_dim={self._batch_dim}, device={self._device}, nbytes={self.nbytes})"
+        )
+
+    def stored_position(self, seq: int, slot: int) -> int | None:
+        """The position snapshot ``(seq, slot)`` holds, or ``None``."""
+        return self._tags.stored_position(seq, slot)
+
+    # -- copies ----------------------------------------------------------------
+
+    def save(self, saves: Sequence[SsmSnapshotSave], /) -> SaveOutcome:
+        """Copy each save's live row into its snapshot slot: one ``index_copy_`` per tensor.
+
+        If torch raises during the copies (out of memory, a device error),
+        the slots of the whole batch are marked as holding nothing before the
+        error propagates, so no restore can read a half-written snapshot.
+        """
+        self._tags.check_saves(saves)
+        if saves:
+            ordered = sorted(saves, key=_by_seq)
+            rows = [s.seq for s in ordered]
+            slots, sources = self._indices([self._tags.index(s.seq, s.slot) for s in ordered], rows)
+            dim = self._batch_dim
+            try:
+                with torch.no_grad():
+                    for live, storage in self._pairs:
+                        storage.index_copy_(dim, slots, self._gather(live, rows, sources))
+            except BaseException:
+                # Some tensors may hold the new rows and some the old: the
+                # slots hold nothing usable, and no restore may read them.
+                self._tags.mark_failed(saves)
+                raise
+        self._tags.mark_saved(saves)
+        return SaveOutcome()
+
+    def restore(self, restores: Sequence[SsmSnapshotRestore], /) -> None:
+        """Copy each restore's snapshot back into its live row; stale restores copy nothing."""
+        self._tags.check_restores(restores)
+        if not restores:
+            return
+        ordered = sorted(restores, key=_by_seq)
+        rows = [r.seq for r in ordered]
+        targets, slots = self._indices(rows, [self._tags.index(r.seq, r.slot) for r in ordered])
+        dim = self._batch_dim
+        contiguous = _is_range(rows)
+        with torch.no_grad():
+            for live, storage in self._pairs:
+                if contiguous:  # gather straight into the live rows: one pass, no temporary
+                    out = live.narrow(dim, rows[0], len(rows))
+                    torch.index_select(storage, dim, slots, out=out)
+                else:
+                    live.index_copy_(dim, targets, storage.index_select(dim, slots))
+
+    def _indices(
+        self, destination: list[int], source: list[int]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Both index lists as int64 tensors on the pool's device, sent without a host sync.
+
+        One host tensor and (off the CPU) one non-blocking transfer per call,
+        whatever the batch size.
+        """
+        host = torch.tensor([destination, source], dtype=torch.int64, pin_memory=self._pin)
+        device = host if self._device.type == "cpu" else host.to(self._device, non_blocking=True)
+        return device[0], device[1]
+
+    def _gather(self, live: torch.Tensor, rows: list[int], index: torch.Tensor) -> torch.Tensor:
+        """Live rows ``rows`` (ascending): a view when they are a range, else one gather."""
+        if _is_range(rows):
+            return live.narrow(self._batch_dim, rows[0], len(rows))
+        return live.index_select(self._batch_dim, index)
+
+
+def _storage_shape(live: torch.Tensor, batch_dim: int, slots: int) -> tuple[int, ...]:
+    shape = list(live.shape)
+    shape[batch_dim] *= slots
+    return tuple(shape)
+
+
+def _by_seq(effect: SsmSnapshotSave | SsmSnapshotRestore) -> int:
+    return effect.seq
+
+
+def _is_range(rows: list[int]) -> bool:
+    """``rows`` (ascending, unique) are ``a, a+1, ..., b``."""
+    return rows[-1] - rows[0] + 1 == len(rows)
+
+
+_ROW_DTYPES: Final = (torch.int64, torch.int32, torch.int16, torch.uint8)
+
+
+def _row_views(
+    live: torch.Tensor, storage: torch.Tensor, batch_dim: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``live`` and ``storage`` as ``[*lead, rows, row]`` of one wide integer dtype, if possible.
+
+    Falls back to the tensors themselves when the dims after ``batch_dim``
+    cannot be flattened into a view (a strided live tensor, say).
+    """
+    lead = batch_dim + 1
+    try:
+        live_rows = live.view(*live.shape[:lead], -1)
+        storage_rows = storage.view(*storage.shape[:lead], -1)
+    except RuntimeError:
+        return live, storage
+    row_bytes = live_rows.shape[-1] * live.element_size()
+    for dtype in _ROW_DTYPES:
+        width = torch.empty((), dtype=dtype).element_size()
+        if row_bytes == 0 or row_bytes % width:
+            continue
+        try:
+            return live_rows.view(dtype), storage_rows.view(dtype)
+        except RuntimeError:
+            continue
+    return live_rows, storage_rows

@@ -1,0 +1,296 @@
+"""The torch pool: conformance on CPU (and CUDA when present), exactness, op counts, errors."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import pytest
+
+pytest.importorskip("torch")
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ssm_rollback import (
+    InvalidArgumentError,
+    SsmDecodeRing,
+    SsmSnapshotRestore,
+    SsmSnapshotSave,
+    StaleSnapshotError,
+    apply_effects,
+)
+from ssm_rollback.backends.torch import TorchSnapshotPool
+from ssm_rollback.testing import SnapshotPoolConformance
+
+HAS_CUDA = torch.cuda.is_available()
+LAYERS = 2
+
+
+class Case(NamedTuple):
+    device: str
+    dtype: torch.dtype
+    batch_dim: int
+    contiguous: bool = True
+
+    @property
+    def id(self) -> str:
+        layout = "contiguous" if self.contiguous else "strided"
+        return (
+            f"{self.device}-{str(self.dtype).removeprefix('torch.')}-dim{self.batch_dim}-{layout}"
+        )
+
+
+def make_states(
+    case: Case, rows: int, generator: torch.Generator | None = None
+) -> list[torch.Tensor]:
+    """A conv and an SSM state per layer: separate [B, ...] tensors, or stacked [L, B, ...]."""
+    conv, ssm = (12, 4), (3, 4, 5)
+    if case.batch_dim == 0:
+        shapes = [(rows, *conv), (rows, *ssm)] * LAYERS
+    else:
+        shapes = [(LAYERS, rows, *conv), (LAYERS, rows, *ssm)]
+    states = []
+    for shape in shapes:
+        if case.contiguous:
+            full = torch.randn(shape, generator=generator)
+        else:  # a view into a wider buffer, as an engine's state slices often are
+            full = torch.randn((*shape[:-1], shape[-1] + 3), generator=generator)[..., 1:-2]
+        states.append(full.to(device=case.device, dtype=case.dtype))
+    if not case.contiguous:
+        states = [s if not s.is_contiguous() else s.t() for s in states]
+    return states
+
+
+CASES = [
+    Case("cpu", dtype, batch_dim)
+    for dtype in (torch.float32, torch.bfloat16, torch.float16)
+    for batch_dim in (0, 1)
+] + [
+    Case("cpu", torch.float32, 0, contiguous=False),
+    Case("cpu", torch.float64, 1),
+    Case("cuda", torch.bfloat16, 0),
+    Case("cuda", torch.float32, 1),
+]
+
+
+def skip_unavailable(case: Case) -> None:
+    if case.device == "cuda" and not HAS_CUDA:
+        pytest.skip("no CUDA device here")
+
+
+class TestTorchPoolConformance(SnapshotPoolConformance[TorchSnapshotPool]):
+    case: Case
+
+    @pytest.fixture(autouse=True, params=CASES, ids=[c.id for c in CASES])
+    def _case(self, request: pytest.FixtureRequest) -> None:
+        case: Case = request.param
+        skip_unavailable(case)
+        self.case = case
+
+    def make_pool(self, num_sequences: int, slots_per_sequence: int) -> TorchSnapshotPool:
+        states = make_states(self.case, num_sequences)
+        return TorchSnapshotPool(states, slots_per_sequence, batch_dim=self.case.batch_dim)
+
+    def set_live(self, pool: TorchSnapshotPool, seq: int, value: int) -> None:
+        for state in pool.live_states:
+            state.select(pool.batch_dim, seq).fill_(value)
+
+    def get_live(self, pool: TorchSnapshotPool, seq: int) -> int:
+        values = set()
+        for state in pool.live_states:
+            values.update(state.select(pool.batch_dim, seq).float().flatten().tolist())
+        assert len(values) == 1, f"row {seq} holds a mix of states: {sorted(values)}"
+        return int(values.pop())
+
+
+def as_bits(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()])
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_restores_are_bitwise_exact_for_random_state(case: Case) -> None:
+    skip_unavailable(case)
+    generator = torch.Generator().manual_seed(0)
+    states = make_states(case, 16, generator)
+    pool = TorchSnapshotPool(states, 3, batch_dim=case.batch_dim)
+    rows = [5, 0, 11, 3, 15, 8]  # shuffled and scattered
+    saved = [s.select(case.batch_dim, 0).clone() for s in states]  # shape reference
+    saved = [s.index_select(case.batch_dim, torch.tensor(rows, device=s.device)) for s in states]
+    pool.save([SsmSnapshotSave(seq, (seq % 3), 40 + seq) for seq in rows])
+    for state in states:
+        state.copy_(torch.randn(state.shape, generator=generator).to(state))
+    untouched = [s.clone() for s in states]
+    restored_rows = rows[::2]
+    pool.restore([SsmSnapshotRestore(seq, seq % 3, 40 + seq) for seq in restored_rows])
+    for state, before, snap in zip(states, untouched, saved, strict=True):
+        for i, seq in enumerate(rows):
+            row = state.select(case.batch_dim, seq)
+            if seq in restored_rows:
+                expected = snap.select(case.batch_dim, i)
+            else:
+                expected = before.select(case.batch_dim, seq)
+            assert torch.equal(as_bits(row.contiguous()), as_bits(expected.contiguous()))
+
+
+class OpCounter(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch leaves it untyped
+    """Records every aten op dispatched while it is active."""
+
+    ops: list[str]
+
+    def __torch_dispatch__(  # type: ignore[explicit-any]  # the base signature uses Any
+        self,
+        func: torch._ops.OpOverload,
+        types: object,
+        args: tuple[object, ...] = (),
+        kwargs: dict[str, object] | None = None,
+    ) -> object:
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def count_ops(call: Callable[[], object]) -> list[str]:
+    counter = OpCounter()  # type: ignore[no-untyped-call]
+    counter.ops = []
+    with counter:
+        call()
+    return counter.ops
+
+
+def test_the_op_count_of_a_save_or_restore_does_not_grow_with_the_batch() -> None:
+    case = Case("cpu", torch.float32, 0)
+    pool = TorchSnapshotPool(make_states(case, 1_024), 2)
+    tensors = len(pool.live_states)
+    one = count_ops(lambda: pool.save([SsmSnapshotSave(7, 0, 1)]))
+    everyone = list(range(1_024))
+    torch.manual_seed(0)
+    shuffled = [everyone[i] for i in torch.randperm(1_024).tolist()]
+    many = count_ops(lambda: pool.save([SsmSnapshotSave(s, 1, 2) for s in shuffled]))
+    scattered = count_ops(lambda: pool.save([SsmSnapshotSave(s, 0, 3) for s in everyone[::3]]))
+    assert len(one) == len(many) == len(scattered) <= 2 * tensors + 3
+    assert one.count("aten.index_copy_.default") == tensors
+    restore_one = count_ops(lambda: pool.restore([SsmSnapshotRestore(7, 0, 1)]))
+    restore_many = count_ops(lambda: pool.restore([SsmSnapshotRestore(s, 1, 2) for s in shuffled]))
+    assert len(restore_one) == len(restore_many) <= 2 * tensors + 3
+
+
+def test_stacked_layers_are_one_copy_per_tensor_not_per_layer() -> None:
+    case = Case("cpu", torch.float32, 1)
+    pool = TorchSnapshotPool(make_states(case, 64), 2, batch_dim=1)
+    ops = count_ops(lambda: pool.save([SsmSnapshotSave(s, 0, 1) for s in range(0, 64, 2)]))
+    assert ops.count("aten.index_copy_.default") == len(pool.live_states) == 2
+
+
+def test_nbytes_is_what_bytes_needed_planned() -> None:
+    states = make_states(Case("cpu", torch.bfloat16, 0), 8)
+    live_bytes = sum(s.numel() * s.element_size() for s in states)
+    assert TorchSnapshotPool.bytes_needed(states, 4) == 4 * live_bytes
+    pool = TorchSnapshotPool(states, 4)
+    assert pool.nbytes == 4 * live_bytes
+    assert TorchSnapshotPool(states, 0).nbytes == 0
+    assert pool.device == torch.device("cpu")
+    assert repr(pool).startswith("TorchSnapshotPool(num_sequences=8, slots_per_sequence=4")
+
+
+def test_live_state_that_requires_grad_is_copied_without_autograd() -> None:
+    state = torch.zeros(4, 3, requires_grad=True)
+    pool = TorchSnapshotPool([state], 1)
+    pool.save([SsmSnapshotSave(1, 0, 1)])
+    pool.restore([SsmSnapshotRestore(1, 0, 1)])
+
+
+def test_apply_effects_drives_the_torch_pool() -> None:
+    state = torch.arange(4.0).repeat_interleave(3).reshape(4, 3)
+    pool = TorchSnapshotPool([state], 2)
+    rings = [SsmDecodeRing(2) for _ in range(4)]
+    effects = []
+    for seq, ring in enumerate(rings):
+        slot = ring.record(5)
+        assert slot is not None
+        effects.append(SsmSnapshotSave(seq, slot, 5))
+    apply_effects(pool, effects, rings)
+    state.fill_(-1)
+    apply_effects(pool, [SsmSnapshotRestore(2, 0, 5)], rings)
+    assert state[2].tolist() == [2.0, 2.0, 2.0]
+    assert state[1].tolist() == [-1.0, -1.0, -1.0]
+
+
+def test_a_copy_that_raises_leaves_the_batch_holding_nothing() -> None:
+    good = torch.zeros(4, 3)
+    pool = TorchSnapshotPool([good, torch.zeros(4, 2)], 1)
+    pool.save([SsmSnapshotSave(0, 0, 1)])
+    live_rows, _ = pool._pairs[1]
+    pool._pairs = (pool._pairs[0], (live_rows, live_rows[:1].clone()))  # too small: copy fails
+    with pytest.raises(IndexError):
+        pool.save([SsmSnapshotSave(0, 0, 2), SsmSnapshotSave(3, 0, 2)])
+    assert pool.stored_position(0, 0) is None
+    with pytest.raises(StaleSnapshotError):
+        pool.restore([SsmSnapshotRestore(0, 0, 1)])
+
+
+@pytest.mark.parametrize(
+    ("states", "kwargs", "message"),
+    [
+        ([], {}, "at least one tensor"),
+        (torch.zeros(2, 3), {}, "must be a sequence of torch tensors"),
+        ([torch.zeros(2, 3), "x"], {}, r"'live_states\[1\]' must be a torch.Tensor"),
+        ([torch.zeros(2, 3, dtype=torch.int32)], {}, "must have one of the dtypes"),
+        ([torch.zeros(2, 3), torch.zeros(3, 3)], {}, "same rows on batch_dim 0, got 2"),
+        ([torch.zeros(3, 2), torch.zeros(3, 3)], {"batch_dim": 1}, "same rows on batch_dim 1"),
+        ([torch.zeros(2)], {"batch_dim": 1}, "must have a dim 1"),
+        ([torch.zeros(2, 3), torch.zeros(2, 3, device="meta")], {}, "on one device"),
+        ([torch.zeros(2, 3)], {"batch_dim": -1}, "'batch_dim' must be an int >= 0"),
+        ([torch.zeros(2, 3)], {"batch_dim": True}, "'batch_dim' must be an int >= 0"),
+        ([torch.zeros(2, 3)], {"slots_per_sequence": -2}, "'slots_per_sequence'"),
+    ],
+)
+def test_construction_errors_name_the_problem(
+    states: object, kwargs: dict[str, object], message: str
+) -> None:
+    slots = kwargs.pop("slots_per_sequence", 2)
+    with pytest.raises(InvalidArgumentError, match=message):
+        TorchSnapshotPool(states, slots, **kwargs)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match=message):
+        TorchSnapshotPool.bytes_needed(states, slots, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device here")
+def test_cuda_save_and_restore_never_synchronise_with_the_host() -> None:
+    states = make_states(Case("cuda", torch.bfloat16, 0), 256)
+    pool = TorchSnapshotPool(states, 2)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        pool.save([SsmSnapshotSave(s, s % 2, 9) for s in range(0, 256, 3)])
+        pool.restore([SsmSnapshotRestore(s, s % 2, 9) for s in range(0, 256, 6)])
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_a_contiguous_range_of_rows_is_restored_in_place_exactly(case: Case) -> None:
+    skip_unavailable(case)
+    generator = torch.Generator().manual_seed(1)
+    states = make_states(case, 12, generator)
+    pool = TorchSnapshotPool(states, 2, batch_dim=case.batch_dim)
+    pool.save([SsmSnapshotSave(seq, seq % 2, 3) for seq in range(12)])
+    snapshot = [s.clone() for s in states]
+    for state in states:
+        state.copy_(torch.randn(state.shape, generator=generator).to(state))
+    before = [s.clone() for s in states]
+    pool.restore([SsmSnapshotRestore(seq, seq % 2, 3) for seq in (7, 5, 6, 4)])  # rows 4..7
+    for state, old, snap in zip(states, before, snapshot, strict=True):
+        for seq in range(12):
+            expected = (snap if 4 <= seq <= 7 else old).select(case.batch_dim, seq)
+            got = state.select(case.batch_dim, seq)
+            assert torch.equal(as_bits(got.contiguous()), as_bits(expected.contiguous())), seq
+
+
+def test_rows_are_copied_as_wide_integers_when_the_layout_allows() -> None:
+    pool = TorchSnapshotPool([torch.zeros(4, 3, 8, dtype=torch.bfloat16)], 2)
+    live_rows, storage_rows = pool._pairs[0]
+    assert (live_rows.dtype, tuple(live_rows.shape)) == (torch.int64, (4, 6))
+    assert tuple(storage_rows.shape) == (8, 6)
+    odd = TorchSnapshotPool([torch.zeros(4, 3, dtype=torch.float16)], 2)  # 6-byte rows
+    assert odd._pairs[0][0].dtype == torch.int16
