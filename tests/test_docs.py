@@ -18,8 +18,10 @@ def python_blocks(page: Path) -> list[str]:
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
 def test_examples_run(page: Path) -> None:
-    if "import torch" in page.read_text(encoding="utf-8"):
-        pytest.importorskip("torch")
+    text = page.read_text(encoding="utf-8")
+    for module in ("torch", "transformers"):
+        if f"import {module}" in text or f"from {module} " in text:
+            pytest.importorskip(module)
     namespace: dict[str, object] = {"__name__": f"docs_{page.stem}"}
     for index, block in enumerate(python_blocks(page)):
         code = compile(block, f"{page.name}[block {index}]", "exec")

@@ -39,6 +39,8 @@ def test_every_public_module_is_documented() -> None:
 def test_all_is_exactly_what_the_docs_list(module: str) -> None:
     if module.endswith(".torch"):
         pytest.importorskip("torch")
+    if module.endswith(".transformers"):
+        pytest.importorskip("transformers")
     imported = importlib.import_module(module)
     assert set(imported.__all__) == documented(module)
     assert len(imported.__all__) == len(set(imported.__all__))

@@ -96,6 +96,12 @@ class TestTorchPoolConformance(SnapshotPoolConformance[TorchSnapshotPool]):
         for state in pool.live_states:
             state.select(pool.batch_dim, seq).fill_(value)
 
+    def fail_saves(
+        self, pool: TorchSnapshotPool, predicate: Callable[[SsmSnapshotSave], bool]
+    ) -> bool:
+        pool.fail_when(predicate)
+        return True
+
     def get_live(self, pool: TorchSnapshotPool, seq: int) -> int:
         values = set()
         for state in pool.live_states:

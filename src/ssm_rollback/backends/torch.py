@@ -17,7 +17,7 @@ device with ``non_blocking=True`` from pinned memory.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final, final
 
 import torch
@@ -104,6 +104,7 @@ class TorchSnapshotPool:
         self._live: tuple[torch.Tensor, ...] = tuple(live_states)
         self._batch_dim = batch_dim
         self._tags = SlotTags(rows, slots)
+        self._fail: Callable[[SsmSnapshotSave], bool] | None = None
         self._device = self._live[0].device
         self._pin = self._device.type == "cuda"
         self._storage: tuple[torch.Tensor, ...] = tuple(
@@ -170,6 +171,15 @@ class TorchSnapshotPool:
         """The position snapshot ``(seq, slot)`` holds, or ``None``."""
         return self._tags.stored_position(seq, slot)
 
+    def fail_when(self, predicate: Callable[[SsmSnapshotSave], bool] | None) -> None:
+        """Fault injection: later saves for which ``predicate(save)`` holds fail (``None``: none).
+
+        A failed save copies nothing, its slot holds nothing afterwards, and
+        it is listed in ``SaveOutcome.failed``: the way to test a scheduler's
+        failure path on real tensors.
+        """
+        self._fail = predicate
+
     # -- copies ----------------------------------------------------------------
 
     def save(self, saves: Sequence[SsmSnapshotSave], /) -> SaveOutcome:
@@ -180,8 +190,12 @@ class TorchSnapshotPool:
         error propagates, so no restore can read a half-written snapshot.
         """
         self._tags.check_saves(saves)
-        if saves:
-            ordered = sorted(saves, key=_by_seq)
+        fail = self._fail
+        failed = () if fail is None else tuple(save for save in saves if fail(save))
+        failing = set(failed)
+        copied = [save for save in saves if save not in failing]
+        if copied:
+            ordered = sorted(copied, key=_by_seq)
             rows = [s.seq for s in ordered]
             slots, sources = self._indices([self._tags.index(s.seq, s.slot) for s in ordered], rows)
             dim = self._batch_dim
@@ -194,8 +208,9 @@ class TorchSnapshotPool:
                 # slots hold nothing usable, and no restore may read them.
                 self._tags.mark_failed(saves)
                 raise
-        self._tags.mark_saved(saves)
-        return SaveOutcome()
+        self._tags.mark_saved(copied)
+        self._tags.mark_failed(failed)
+        return SaveOutcome(failed)
 
     def restore(self, restores: Sequence[SsmSnapshotRestore], /) -> None:
         """Copy each restore's snapshot back into its live row; stale restores copy nothing."""
