@@ -10,7 +10,7 @@ workers.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import ClassVar, Final, Literal, TypeAlias
+from typing import ClassVar, Final, TypeAlias
 
 import attrs
 
@@ -27,14 +27,14 @@ def _non_negative_int(_instance: object, attribute: attrs.Attribute[int], value:
 
 
 @attrs.frozen
-class SsmSnapshotSave:
-    """Copy row ``seq``'s live SSM state (after ``token_position`` tokens) into ``slot``."""
+class _SnapshotEffect:
+    """The fields and dict form both effects share; the subclass says which copy it is."""
 
     seq: int = attrs.field(validator=_non_negative_int)
     slot: int = attrs.field(validator=_non_negative_int)
     token_position: int = attrs.field(validator=_non_negative_int)
 
-    kind: ClassVar[Literal["ssm_snapshot_save"]] = "ssm_snapshot_save"
+    kind: ClassVar[str]
 
     def to_dict(self) -> dict[str, int | str]:
         """A plain dict (with a ``"kind"`` key) that ``effect_from_dict`` turns back into this."""
@@ -47,23 +47,17 @@ class SsmSnapshotSave:
 
 
 @attrs.frozen
-class SsmSnapshotRestore:
+class SsmSnapshotSave(_SnapshotEffect):
+    """Copy row ``seq``'s live SSM state (after ``token_position`` tokens) into ``slot``."""
+
+    kind: ClassVar[str] = "ssm_snapshot_save"
+
+
+@attrs.frozen
+class SsmSnapshotRestore(_SnapshotEffect):
     """Copy snapshot ``slot`` (holding ``token_position``) back into row ``seq``'s live state."""
 
-    seq: int = attrs.field(validator=_non_negative_int)
-    slot: int = attrs.field(validator=_non_negative_int)
-    token_position: int = attrs.field(validator=_non_negative_int)
-
-    kind: ClassVar[Literal["ssm_snapshot_restore"]] = "ssm_snapshot_restore"
-
-    def to_dict(self) -> dict[str, int | str]:
-        """A plain dict (with a ``"kind"`` key) that ``effect_from_dict`` turns back into this."""
-        return {
-            "kind": self.kind,
-            "seq": self.seq,
-            "slot": self.slot,
-            "token_position": self.token_position,
-        }
+    kind: ClassVar[str] = "ssm_snapshot_restore"
 
 
 Effect: TypeAlias = SsmSnapshotSave | SsmSnapshotRestore
