@@ -39,7 +39,7 @@ from ..pool import SaveOutcome
 __all__ = ["HybridCacheSnapshotPool", "crop_attention"]
 
 
-@attrs.frozen
+@attrs.frozen(eq=False)  # holds tensors: compare by identity
 class _StateRef:
     """Where one recurrent state tensor lives in the cache, and the tensor it was."""
 
