@@ -109,10 +109,6 @@ def test_every_shipped_config_names_its_source() -> None:
 
 # -- transformers layout, against the bytes a real cache holds -------------------------------------
 
-_TINY_PATTERNS: dict[str, dict[str, object]] = {
-    "lfm2": {"layer_types": ["conv", "full_attention", "conv", "conv"]},
-}
-
 
 @pytest.mark.parametrize("model_type", SUPPORTED_MODEL_TYPES)
 def test_transformers_layout_is_what_the_cache_holds(model_type: str) -> None:
@@ -125,7 +121,7 @@ def test_transformers_layout_is_what_the_cache_holds(model_type: str) -> None:
     from ssm_rollback.integrations._tiny import tiny_config
     from ssm_rollback.integrations.transformers import HybridCacheSnapshotPool
 
-    config = tiny_config(model_type, **_TINY_PATTERNS.get(model_type, {}))
+    config = tiny_config(model_type)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.manual_seed(0)

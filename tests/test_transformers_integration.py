@@ -185,7 +185,9 @@ def test_every_hybrid_model_type_is_tested_or_explained() -> None:
     assert not unknown, (
         f"new model types with recurrent caches, neither tested nor explained: {unknown}"
     )
-    gone = (set(SUPPORTED) | set(NOT_BUILDABLE)) - found
+    # Types whose default config is all attention but whose real (and tiny) configs are not.
+    hybrid_when_configured = {"lfm2"}
+    gone = (set(SUPPORTED) | set(NOT_BUILDABLE)) - found - hybrid_when_configured
     assert not gone, f"listed model types this transformers no longer has: {gone}"
 
 

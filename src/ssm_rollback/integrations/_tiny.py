@@ -43,6 +43,7 @@ TESTED_MODEL_TYPES: Final = (
     "jamba",
     "kimi_linear",
     "lara_mini",
+    "lfm2",
     "lfm3",
     "mamba",
     "mamba2",
@@ -165,6 +166,8 @@ TINY_OVERRIDES: Final[Mapping[str, Mapping[str, object]]] = {
     "glm5_next": {"num_key_value_heads": 4},
     "glm5_next_text": {"num_key_value_heads": 4},
     "zaya": {"num_experts_per_tok": 1},
+    # LFM2's default config lists every layer as attention; the real models mix in short convs.
+    "lfm2": {"layer_types": ["conv", "full_attention", "conv", "conv"]},
     "qwen4_exp_text": {
         "indexer_n_heads": 2,
         "indexer_kv_heads": 1,
