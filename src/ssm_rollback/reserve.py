@@ -332,8 +332,9 @@ def _lfm2_layers(f: _Fields) -> list[int]:
 _Mixer: TypeAlias = Callable[["_Fields", int, Layout, str, str], tuple[StateTensorSpec, ...]]
 
 
-def _conv_columns(kernel: int, layout: Layout) -> int:
-    return kernel - 1 if layout == "engine" else kernel
+def _conv(channels: int, kernel: int, layout: Layout, dtype: str) -> StateTensorSpec:
+    """The conv state: the engines keep ``kernel - 1`` columns, transformers all ``kernel``."""
+    return StateTensorSpec("conv", (channels, kernel - 1 if layout == "engine" else kernel), dtype)
 
 
 def _mamba1(
@@ -348,7 +349,7 @@ def _mamba1(
     kernel = f.int("mamba_d_conv", "conv_kernel")
     state = f.int("mamba_d_state", "state_size")
     return (
-        StateTensorSpec("conv", (inner, _conv_columns(kernel, layout)), conv_dtype),
+        _conv(inner, kernel, layout, conv_dtype),
         StateTensorSpec("ssm", (inner, state), ssm_dtype),
     )
 
@@ -378,13 +379,9 @@ def _mamba2(
     if groups % tp:
         # vLLM / SGLang replicate the groups so every head shard has its group.
         groups += tp - groups
-    conv_dim = intermediate + 2 * groups * state
+    conv_dim = _divide(intermediate + 2 * groups * state, tp, "conv_dim", f.model_type)
     return (
-        StateTensorSpec(
-            "conv",
-            (_divide(conv_dim, tp, "conv_dim", f.model_type), _conv_columns(kernel, layout)),
-            conv_dtype,
-        ),
+        _conv(conv_dim, kernel, layout, conv_dtype),
         StateTensorSpec("ssm", (local_heads, head_dim, state), ssm_dtype),
     )
 
@@ -399,13 +396,9 @@ def _gated_delta_net(
     kernel = f.int("linear_conv_kernel_dim")
     _divide(k_heads, tp, "linear_num_key_heads", f.model_type)
     local_v_heads = _divide(v_heads, tp, "linear_num_value_heads", f.model_type)
-    conv_dim = 2 * k_heads * k_dim + v_heads * v_dim
+    conv_dim = _divide(2 * k_heads * k_dim + v_heads * v_dim, tp, "conv_dim", f.model_type)
     return (
-        StateTensorSpec(
-            "conv",
-            (_divide(conv_dim, tp, "conv_dim", f.model_type), _conv_columns(kernel, layout)),
-            conv_dtype,
-        ),
+        _conv(conv_dim, kernel, layout, conv_dtype),
         StateTensorSpec("recurrent", (local_v_heads, k_dim, v_dim), ssm_dtype),
     )
 
@@ -415,7 +408,7 @@ def _short_conv(
 ) -> tuple[StateTensorSpec, ...]:
     hidden = _divide(f.int("hidden_size"), tp, "hidden_size", f.model_type)
     kernel = f.int("conv_L_cache")
-    return (StateTensorSpec("conv", (hidden, _conv_columns(kernel, layout)), conv_dtype),)
+    return (_conv(hidden, kernel, layout, conv_dtype),)
 
 
 _MIXERS: Final[Mapping[LayerKind, _Mixer]] = {
