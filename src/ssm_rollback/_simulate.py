@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -205,8 +205,3 @@ def iter_depths(text: str) -> Iterator[int]:
                 f"'--depths' must be comma-separated ints >= 0, got {text!r}"
             )
         yield int(part)
-
-
-def events_total(events: Iterable[TraceEvent]) -> int:
-    """How many rollback events a trace holds (for the summary)."""
-    return sum(1 for e in events if e.kind == "rollback")
