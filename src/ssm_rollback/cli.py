@@ -107,9 +107,9 @@ def _ring_walk(out: TextIO, capacity: int) -> int:
     return 0
 
 
-def _progress_bar(stream: TextIO) -> Callable[[int, int], None]:
-    """A one-line progress bar on an interactive ``stream``; silent otherwise."""
-    if not stream.isatty():
+def _progress_bar(stream: TextIO, unit: str, *, quiet: bool) -> Callable[[int, int], None]:
+    """A one-line progress bar counting ``unit`` on an interactive ``stream``; else silent."""
+    if quiet or not stream.isatty():
         return lambda done, total: None
 
     def show(done: int, total: int) -> None:
@@ -117,7 +117,7 @@ def _progress_bar(stream: TextIO) -> Callable[[int, int], None]:
         filled = width * done // max(total, 1)
         end = "\n" if done >= total else ""
         print(
-            f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} tokens",
+            f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {unit}",
             end=end,
             file=stream,
             flush=True,
@@ -141,7 +141,7 @@ def _demo(args: argparse.Namespace, out: TextIO) -> int:
         )
         return 2
     options = DemoOptions(args.model_type, args.capacity, args.length, args.seed)
-    report = run_demo(options, _progress_bar(sys.stderr) if not args.json else lambda d, t: None)
+    report = run_demo(options, _progress_bar(sys.stderr, "tokens", quiet=args.json))
     if args.json:
         print(json.dumps(report.to_dict(), sort_keys=True), file=out)
         return 0 if report.mismatches == 0 else 1
@@ -276,14 +276,13 @@ def _simulate(args: argparse.Namespace, out: TextIO) -> int:
             f"{args.boundary_rate}, rollback rate {args.rollback_rate}, up to {args.back} "
             f"boundaries back, seed {args.seed}"
         )
-    bar = _progress_bar(sys.stderr) if not args.json else None
+    bar = _progress_bar(sys.stderr, "events", quiet=args.json)
     total = len(events) * len(depths)
     results = []
     for i, depth in enumerate(depths):
 
         def progress(done: int, base: int = i * len(events)) -> None:
-            if bar is not None:
-                bar(base + done, total)
+            bar(base + done, total)
 
         results.append(replay(events, depth, progress))
     per_slot = spec.bytes_per_snapshot
