@@ -151,10 +151,10 @@ def _limit(at_most: int | None, ceiling: int | None) -> int | None:
     return ceiling if at_most is None else min(at_most, ceiling)
 
 
-def _find(ring: SsmDecodeRing, boundaries: Sequence[int], limit: int | None) -> int | None:
+def _find(positions: tuple[int, ...], boundaries: Sequence[int], limit: int | None) -> int | None:
     # The ring holds a handful of live positions: try them newest first and
     # bisect the (possibly long) boundary history for each.
-    for position in reversed(ring.snapshot_positions()):
+    for position in reversed(positions):
         if limit is not None and position > limit:
             continue
         index = _last_boundary_index(boundaries, position)
@@ -168,7 +168,7 @@ def find_last_boundary_with_snapshot(
 ) -> int | None:
     """The largest boundary (``<= at_most`` when given) that still has a live snapshot."""
     _check_sequence(boundaries)
-    return _find(ring, boundaries, _limit(at_most, None))
+    return _find(ring.snapshot_positions(), boundaries, _limit(at_most, None))
 
 
 def rollback_to_boundary(
@@ -204,7 +204,7 @@ def rollback_to_boundary(
             )
         if not ring.is_enabled:
             return RollbackDeclined(seq, DeclineReason.RING_DISABLED)
-        target = _find(ring, boundaries, limit)
+        target = _find(positions, boundaries, limit)
         if target is None:
             return RollbackDeclined(seq, _shortfall(boundaries, limit))
         slot = ring.slot_for_position(target)
