@@ -35,7 +35,7 @@ from ssm_rollback import (
     apply_effects,
     rollback_to_boundary,
 )
-from ssm_rollback.integrations._tiny import tiny_config
+from ssm_rollback.testing._tiny import tiny_config
 from ssm_rollback.integrations.transformers import HybridCacheSnapshotPool, crop_attention
 
 PROMPT, PAST = 16, 8

@@ -118,7 +118,7 @@ def test_transformers_layout_is_what_the_cache_holds(model_type: str) -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from ssm_rollback.integrations._tiny import tiny_config
+    from ssm_rollback.testing._tiny import tiny_config
     from ssm_rollback.integrations.transformers import HybridCacheSnapshotPool
 
     config = tiny_config(model_type)

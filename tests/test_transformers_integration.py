@@ -35,7 +35,7 @@ from ssm_rollback import (
     rollback_to_boundary,
     snapshot_boundary_if_ssm,
 )
-from ssm_rollback.integrations._tiny import TESTED_MODEL_TYPES, hybrid_model_types, tiny_config
+from ssm_rollback.testing._tiny import TESTED_MODEL_TYPES, hybrid_model_types, tiny_config
 from ssm_rollback.integrations.transformers import (
     HybridCacheSnapshotPool,
     crop_attention,

@@ -24,10 +24,10 @@ from transformers.cache_utils import Cache
 from transformers.utils import logging as hf_logging
 
 from ._ring import SsmDecodeRing
-from .integrations._tiny import tiny_config
 from .integrations.transformers import HybridCacheSnapshotPool, crop_attention
 from .pool import apply_effects
 from .rollback import RollbackPlan, rollback_to_boundary, snapshot_boundary_if_ssm
+from .testing._tiny import tiny_config
 
 __all__ = ["DEFAULT_MODEL_TYPE", "DemoOptions", "DemoReport", "run_demo"]
 
@@ -116,6 +116,7 @@ def run_demo(options: DemoOptions, progress: Callable[[int, int], None]) -> Demo
     logits_after = [logits]  # logits_after[n]: the next-token logits after n tokens
 
     def sample(scores: torch.Tensor, mask_banned: bool) -> int:
+        scores = scores[:vocab]  # a padded LM head may score ids the embedding lacks
         if mask_banned:
             scores = scores.masked_fill(banned, float("-inf"))
         return int(torch.multinomial(torch.softmax(scores.float(), -1), 1, generator=rng))

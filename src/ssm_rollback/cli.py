@@ -129,7 +129,7 @@ def _progress_bar(stream: TextIO, unit: str, *, quiet: bool) -> Callable[[int, i
 def _demo(args: argparse.Namespace, out: TextIO) -> int:
     try:
         from ._demo import DemoOptions, run_demo
-        from .integrations._tiny import TESTED_MODEL_TYPES
+        from .testing._tiny import TESTED_MODEL_TYPES
     except ImportError:
         print(_INSTALL_HINT, file=sys.stderr)
         return 1
