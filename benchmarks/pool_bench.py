@@ -90,8 +90,8 @@ def bench(batch: int, args: argparse.Namespace) -> dict[str, float]:
     pool = TorchSnapshotPool(live, SLOTS, batch_dim=batch_dim)
     storage = [torch.empty_like(s).repeat_interleave(SLOTS, dim=batch_dim) for s in live]
     order = torch.randperm(batch, generator=torch.Generator().manual_seed(batch)).tolist()
-    saves = [SsmSnapshotSave(seq, seq % SLOTS, 1) for seq in order]
-    restores = [SsmSnapshotRestore(seq, seq % SLOTS, 1) for seq in order]
+    saves = [SsmSnapshotSave(seq, seq % SLOTS, 1, seq + 1) for seq in order]
+    restores = [SsmSnapshotRestore(seq, seq % SLOTS, 1, seq + 1) for seq in order]
     pairs = [(seq, seq * SLOTS + seq % SLOTS) for seq in order]
     nbytes = sum(s.numel() * s.element_size() for s in live)
     flat_src = torch.empty(nbytes, dtype=torch.uint8, device=args.device)

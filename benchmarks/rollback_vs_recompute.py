@@ -31,12 +31,12 @@ from transformers.utils import logging as hf_logging
 from ssm_rollback import (
     RollbackPlan,
     SsmDecodeRing,
-    SsmSnapshotSave,
     apply_effects,
     rollback_to_boundary,
+    snapshot_boundary_if_ssm,
 )
-from ssm_rollback.testing._tiny import tiny_config
 from ssm_rollback.integrations.transformers import HybridCacheSnapshotPool, crop_attention
+from ssm_rollback.testing._tiny import tiny_config
 
 PROMPT, PAST = 16, 8
 
@@ -76,9 +76,11 @@ def main(argv: list[str] | None = None) -> int:
         cache = forward(ids[:, : PROMPT + length], None)
         pool = HybridCacheSnapshotPool(cache, 2)
         rings = [SsmDecodeRing(2)]
-        slot = rings[0].record(length)
-        assert slot is not None
-        apply_effects(pool, [SsmSnapshotSave(0, slot, length)], rings)
+        save = snapshot_boundary_if_ssm(
+            rings[0], seq=0, token_position=length, is_boundary=True, in_thinking=False
+        )
+        assert save is not None
+        apply_effects(pool, [save], rings)
         rollback, recompute = [], []
         for _ in range(rounds):
             for n in range(PAST):  # move past the snapshot (untimed)

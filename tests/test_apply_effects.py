@@ -14,6 +14,7 @@ from ssm_rollback import (
     SsmSnapshotSave,
     StaleSnapshotError,
     apply_effects,
+    snapshot_boundary_if_ssm,
 )
 from ssm_rollback.backends.fake import FakeSnapshotPool
 
@@ -29,11 +30,11 @@ def setup(rows: int = 3, slots: int = 2) -> tuple[FakeSnapshotPool, list[SsmDeco
 def test_consecutive_effects_of_a_kind_are_one_call_in_order() -> None:
     pool, rings = setup()
     effects: list[Effect] = [
-        Save(0, 0, 1),
-        Save(1, 0, 1),
-        Restore(0, 0, 1),
-        Save(2, 1, 4),
-        Restore(1, 0, 1),
+        Save(0, 0, 1, 1),
+        Save(1, 0, 1, 1),
+        Restore(0, 0, 1, 1),
+        Save(2, 1, 4, 4),
+        Restore(1, 0, 1, 1),
     ]
     for ring in rings:
         ring.record(1)
@@ -43,9 +44,9 @@ def test_consecutive_effects_of_a_kind_are_one_call_in_order() -> None:
 
 def test_a_save_after_a_restore_sees_the_restored_state() -> None:
     pool, rings = setup()
-    pool.save([Save(0, 0, 3)])
+    pool.save([Save(0, 0, 3, 3)])
     pool.live[0] = "later"
-    apply_effects(pool, [Restore(0, 0, 3), Save(0, 1, 3)], rings)
+    apply_effects(pool, [Restore(0, 0, 3, 3), Save(0, 1, 3, 3)], rings)
     assert pool.stored_value(0, 1) == "row0@0"
 
 
@@ -54,12 +55,14 @@ def test_failed_saves_are_discarded_from_rings_given_as_a_mapping() -> None:
     rings = {5: SsmDecodeRing(2), 7: SsmDecodeRing(2)}
     saves = []
     for seq, ring in rings.items():
-        slot = ring.record(10)
-        assert slot is not None
-        saves.append(Save(seq, slot, 10))
+        save = snapshot_boundary_if_ssm(
+            ring, seq=seq, token_position=10, is_boundary=True, in_thinking=False
+        )
+        assert save is not None
+        saves.append(save)
     pool.fail_when(lambda save: save.seq == 7)
     outcome = apply_effects(pool, saves, rings)
-    assert outcome.failed == (Save(7, 0, 10),)
+    assert outcome.failed == (saves[1],)
     assert rings[5].snapshot_positions() == (10,)
     assert rings[7].snapshot_positions() == ()
 
@@ -70,26 +73,72 @@ def test_a_failed_save_the_ring_already_dropped_is_left_alone() -> None:
     rings[0].truncate_after(4)  # the scheduler rolled back before applying
     rings[0].record(5)  # ...and recorded 5 again, in slot 0 again
     pool.fail_when(lambda save: True)
-    apply_effects(pool, [Save(0, 1, 5)], rings)  # a save for a slot the ring does not use
+    apply_effects(pool, [Save(0, 1, 5, 5)], rings)  # a save for a slot the ring does not use
     assert rings[0].snapshot_positions() == (5,)
 
 
 def test_every_effect_is_checked_before_the_first_copy() -> None:
     pool, rings = setup()
     with pytest.raises(InvalidArgumentError, match=r"'effects\[1\]' must be an SsmSnapshotSave"):
-        apply_effects(pool, [Save(0, 0, 1), "save"], rings)  # type: ignore[list-item]
+        apply_effects(pool, [Save(0, 0, 1, 1), "save"], rings)  # type: ignore[list-item]
     with pytest.raises(InvalidArgumentError, match="got none for seq 9"):
-        apply_effects(FakeSnapshotPool(10, 1), [Save(0, 0, 1), Save(9, 0, 1)], rings)
+        apply_effects(FakeSnapshotPool(10, 1), [Save(0, 0, 1, 1), Save(9, 0, 1, 1)], rings)
     assert pool.save_calls == 0
 
 
-def test_a_stale_restore_stops_the_run_after_the_batches_before_it() -> None:
+def test_a_stale_restore_is_refused_before_the_batches_before_it_copy() -> None:
     pool, rings = setup()
     rings[0].record(1)
+    with pytest.raises(StaleSnapshotError, match=r"'effects\[1\]'.* holds nothing"):
+        apply_effects(pool, [Save(0, 0, 1, 1), Restore(1, 0, 1, 1), Save(2, 0, 1, 1)], rings)
+    assert pool.stored_position(0, 0) is None  # nothing ran
+    assert pool.save_calls == 0
+
+
+def test_an_out_of_range_restore_is_refused_before_an_earlier_save_batch_copies() -> None:
+    pool, rings = setup()
+    with pytest.raises(InvalidArgumentError, match=r"'effects\[1\].seq' must be < the pool's"):
+        apply_effects(pool, [Save(0, 0, 1, 1), Restore(3, 0, 1, 1)], rings)
+    with pytest.raises(InvalidArgumentError, match=r"'effects\[1\].slot' must be < the pool's"):
+        apply_effects(pool, [Save(0, 0, 1, 1), Restore(0, 2, 1, 1)], rings)
+    assert (pool.save_calls, pool.stored_position(0, 0)) == (0, None)
+
+
+def test_a_restore_of_a_slot_saved_earlier_in_the_same_call_is_accepted() -> None:
+    pool, rings = setup()
+    apply_effects(pool, [Save(0, 0, 1, 1), Restore(0, 0, 1, 1)], rings)
+    assert pool.live[0] == "row0@0"
+    with pytest.raises(StaleSnapshotError, match="position 1 ticket 1"):
+        apply_effects(pool, [Save(0, 1, 2, 2), Restore(0, 0, 1, 9)], rings)
+    assert pool.stored_position(0, 1) is None
+
+
+def test_a_restore_that_needed_a_failed_save_is_refused_after_the_batches_before_it() -> None:
+    pool, rings = setup()
+    pool.fail_when(lambda save: save.seq == 0)
     with pytest.raises(StaleSnapshotError, match="holds nothing"):
-        apply_effects(pool, [Save(0, 0, 1), Restore(1, 0, 1), Save(2, 0, 1)], rings)
-    assert pool.stored_position(0, 0) == 1  # the batch before it ran
-    assert pool.stored_position(2, 0) is None  # the one after it did not
+        apply_effects(pool, [Save(0, 0, 1, 1), Save(1, 0, 1, 1), Restore(0, 0, 1, 1)], rings)
+    assert (pool.stored_position(0, 0), pool.stored_position(1, 0)) == (None, 1)
+    assert pool.live[0] == "row0@0"
+
+
+@pytest.mark.parametrize(
+    ("pool", "effects", "rings", "message"),
+    [
+        (None, [], [], "'pool' must be a SnapshotPool"),
+        ([], [], [], "'pool' must be a SnapshotPool"),
+        (FakeSnapshotPool(1, 1), None, [], "'effects' must be an iterable"),
+        (FakeSnapshotPool(1, 1), "ab", [], "'effects' must be an iterable"),
+        (FakeSnapshotPool(1, 1), [], None, "'rings' must be a sequence"),
+        (FakeSnapshotPool(1, 1), [], 3, "'rings' must be a sequence"),
+    ],
+    ids=["pool None", "pool list", "effects None", "effects str", "rings None", "rings int"],
+)
+def test_foreign_arguments_are_library_errors(
+    pool: object, effects: object, rings: object, message: str
+) -> None:
+    with pytest.raises(InvalidArgumentError, match=message):
+        apply_effects(pool, effects, rings)  # type: ignore[arg-type]
 
 
 def test_no_effects_no_calls() -> None:
@@ -102,20 +151,38 @@ def test_slot_tags_on_their_own() -> None:
     tags = SlotTags(2, 3)
     assert (tags.num_sequences, tags.slots_per_sequence) == (2, 3)
     assert tags.index(1, 2) == 5
-    tags.check_saves([Save(1, 2, 4)])
-    tags.mark_saved([Save(1, 2, 4)])
-    assert tags.stored_position(1, 2) == 4
-    tags.check_restores([Restore(1, 2, 4)])
-    tags.mark_failed([Save(1, 2, 5)])
+    saves = [Save(1, 2, 4, 40), Save(0, 1, 4, 41)]
+    assert tags.check_saves(saves) == [5, 1]
+    tags.commit(saves, [5, 1], failed=[1])
+    assert (tags.stored_position(1, 2), tags.stored_ticket(1, 2)) == (4, 40)
+    assert (tags.stored_position(0, 1), tags.stored_ticket(0, 1)) == (None, None)
+    assert tags.check_restores([Restore(1, 2, 4, 40)]) == [5]
+    with pytest.raises(StaleSnapshotError, match="holds position 4 ticket 40"):
+        tags.check_restores([Restore(1, 2, 4, 39)])
+    tags.forget([5])
     assert tags.stored_position(1, 2) is None
     assert repr(tags) == "SlotTags(num_sequences=2, slots_per_sequence=3, held=0)"
     with pytest.raises(InvalidArgumentError, match="must be a sequence"):
-        tags.check_saves(iter([Save(0, 0, 1)]))  # type: ignore[arg-type]
+        tags.check_saves(iter([Save(0, 0, 1, 1)]))  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="'seq' must be an int"):
         tags.stored_position(-1, 0)
+
+
+@pytest.mark.parametrize(("seq", "slot", "name"), [(0, 3, "'slot'"), (2, 0, "'seq'")])
+def test_slot_tags_index_refuses_ids_out_of_range(seq: int, slot: int, name: str) -> None:
+    # (0, 3) on a 3-slot row would name row 1's slot 0 if unchecked.
+    with pytest.raises(InvalidArgumentError, match=name):
+        SlotTags(2, 3).index(seq, slot)
+
+
+def test_a_slot_count_the_process_cannot_hold_is_a_library_error() -> None:
+    with pytest.raises(InvalidArgumentError, match="'slots_per_sequence'"):
+        SlotTags(2, 10**15)
+    with pytest.raises(InvalidArgumentError, match="'slots_per_sequence'"):
+        FakeSnapshotPool(2, 10**15)
 
 
 def test_many_stale_restores_are_summarised() -> None:
     tags = SlotTags(8, 1)
     with pytest.raises(StaleSnapshotError, match=r"\(and 4 more\)"):
-        tags.check_restores([Restore(seq, 0, 1) for seq in range(8)])
+        tags.check_restores([Restore(seq, 0, 1, 1) for seq in range(8)])

@@ -20,13 +20,15 @@ from ssm_rollback import (
 from ssm_rollback.testing import INVALID_INDICES
 
 ids = st.integers(0, 2**40)
-effects = st.builds(SsmSnapshotSave, ids, ids, ids) | st.builds(SsmSnapshotRestore, ids, ids, ids)
+effects = st.builds(SsmSnapshotSave, ids, ids, ids, ids) | st.builds(
+    SsmSnapshotRestore, ids, ids, ids, ids
+)
 
 
 @given(effects)
 def test_every_effect_round_trips_through_a_dict_and_a_pickle(effect: Effect) -> None:
     as_dict = effect.to_dict()
-    assert set(as_dict) == {"kind", "seq", "slot", "token_position"}
+    assert set(as_dict) == {"kind", "seq", "slot", "token_position", "ticket"}
     assert effect_from_dict(as_dict) == effect
     assert type(effect_from_dict(as_dict)) is type(effect)
     assert pickle.loads(pickle.dumps(effect)) == effect
@@ -34,34 +36,37 @@ def test_every_effect_round_trips_through_a_dict_and_a_pickle(effect: Effect) ->
 
 
 def test_to_dict_names_the_kind() -> None:
-    assert SsmSnapshotSave(1, 2, 3).to_dict() == {
+    assert SsmSnapshotSave(1, 2, 3, 44).to_dict() == {
         "kind": "ssm_snapshot_save",
         "seq": 1,
         "slot": 2,
         "token_position": 3,
+        "ticket": 44,
     }
-    assert SsmSnapshotRestore(1, 2, 3).to_dict()["kind"] == "ssm_snapshot_restore"
+    assert SsmSnapshotRestore(1, 2, 3, 44).to_dict()["kind"] == "ssm_snapshot_restore"
 
 
 def test_effects_are_frozen_hashable_and_kind_sensitive() -> None:
-    save = SsmSnapshotSave(seq=0, slot=1, token_position=2)
-    assert save == SsmSnapshotSave(0, 1, 2)
-    restore: object = SsmSnapshotRestore(0, 1, 2)
+    save = SsmSnapshotSave(seq=0, slot=1, token_position=2, ticket=7)
+    assert save == SsmSnapshotSave(0, 1, 2, 7)
+    assert save != SsmSnapshotSave(0, 1, 2, 8)  # same position, another snapshot
+    restore: object = SsmSnapshotRestore(0, 1, 2, 7)
     assert save != restore
-    assert len({save, SsmSnapshotSave(0, 1, 2), SsmSnapshotRestore(0, 1, 2)}) == 2
+    assert len({save, SsmSnapshotSave(0, 1, 2, 7), SsmSnapshotRestore(0, 1, 2, 7)}) == 2
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         save.slot = 3  # type: ignore[misc]
     assert not hasattr(save, "__dict__")  # slotted
     match save:
-        case SsmSnapshotSave(seq, slot, position):
-            assert (seq, slot, position) == (0, 1, 2)
+        case SsmSnapshotSave(seq, slot, position, ticket):
+            assert (seq, slot, position, ticket) == (0, 1, 2, 7)
 
 
-@pytest.mark.parametrize("field", ["seq", "slot", "token_position"])
+@pytest.mark.parametrize("field", ["seq", "slot", "token_position", "ticket"])
 @pytest.mark.parametrize("bad", INVALID_INDICES, ids=repr)
 @pytest.mark.parametrize("cls", [SsmSnapshotSave, SsmSnapshotRestore])
 def test_fields_must_be_non_negative_ints(cls: type[Effect], bad: object, field: str) -> None:
-    values: dict[str, object] = {"seq": 0, "slot": 0, "token_position": 0, field: bad}
+    values: dict[str, object] = {"seq": 0, "slot": 0, "token_position": 0, "ticket": 0}
+    values[field] = bad
     with pytest.raises(InvalidArgumentError, match=f"'{field}' must be an int >= 0"):
         cls(**values)  # type: ignore[arg-type]
 
@@ -70,20 +75,52 @@ def test_fields_must_be_non_negative_ints(cls: type[Effect], bad: object, field:
     ("bad", "message"),
     [
         ([("kind", "ssm_snapshot_save")], "'d' must be a mapping"),
-        ({"seq": 0, "slot": 0, "token_position": 0}, r"'d\[\"kind\"\]' must be one of"),
-        ({"kind": "teleport", "seq": 0, "slot": 0, "token_position": 0}, "got 'teleport'"),
-        ({"kind": 3, "seq": 0, "slot": 0, "token_position": 0}, "got 3"),
-        ({"kind": "ssm_snapshot_save", "seq": 0, "slot": 0}, r"missing \['token_position'\]"),
         (
-            {"kind": "ssm_snapshot_save", "seq": 0, "slot": 0, "token_position": 0, "x": 1},
+            {"seq": 0, "slot": 0, "token_position": 0, "ticket": 1},
+            r"'d\[\"kind\"\]' must be one of",
+        ),
+        (
+            {"kind": "teleport", "seq": 0, "slot": 0, "token_position": 0, "ticket": 1},
+            "got 'teleport'",
+        ),
+        ({"kind": 3, "seq": 0, "slot": 0, "token_position": 0, "ticket": 1}, "got 3"),
+        (
+            {"kind": "ssm_snapshot_save", "seq": 0, "slot": 0},
+            r"missing \['ticket', 'token_position'\]",
+        ),
+        (
+            {"kind": "ssm_snapshot_save", "seq": 0, "slot": 0, "token_position": 0},
+            r"missing \['ticket'\]",
+        ),
+        (
+            {
+                "kind": "ssm_snapshot_save",
+                "seq": 0,
+                "slot": 0,
+                "token_position": 0,
+                "ticket": 1,
+                "x": 1,
+            },
             r"unexpected \['x'\]",
         ),
         (
-            {"kind": "ssm_snapshot_restore", "seq": -1, "slot": 0, "token_position": 0},
+            {
+                "kind": "ssm_snapshot_restore",
+                "seq": -1,
+                "slot": 0,
+                "token_position": 0,
+                "ticket": 1,
+            },
             r"'d\[\"seq\"\]' must be an int >= 0, got -1",
         ),
         (
-            {"kind": "ssm_snapshot_restore", "seq": 0, "slot": "0", "token_position": 0},
+            {
+                "kind": "ssm_snapshot_restore",
+                "seq": 0,
+                "slot": "0",
+                "token_position": 0,
+                "ticket": 1,
+            },
             r"'d\[\"slot\"\]' must be an int >= 0, got '0'",
         ),
     ],

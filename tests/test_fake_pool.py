@@ -8,7 +8,7 @@ import pytest
 
 from ssm_rollback import SaveOutcome, SsmSnapshotRestore, SsmSnapshotSave
 from ssm_rollback.backends.fake import FakeSnapshotPool
-from ssm_rollback.testing import SnapshotPoolConformance
+from ssm_rollback.testing import SnapshotPoolConformance, SnapshotPoolMachine
 
 
 class TestFakePoolConformance(SnapshotPoolConformance[FakeSnapshotPool]):
@@ -35,18 +35,18 @@ class TestFakePoolConformance(SnapshotPoolConformance[FakeSnapshotPool]):
 def test_counters_count_batched_calls_and_rows_copied() -> None:
     pool = FakeSnapshotPool(4, 2)
     pool.live[:] = ["a", "b", "c", "d"]
-    pool.save([SsmSnapshotSave(seq, 0, 3) for seq in range(4)])
-    pool.restore([SsmSnapshotRestore(1, 0, 3), SsmSnapshotRestore(2, 0, 3)])
+    pool.save([SsmSnapshotSave(seq, 0, 3, 3) for seq in range(4)])
+    pool.restore([SsmSnapshotRestore(1, 0, 3, 3), SsmSnapshotRestore(2, 0, 3, 3)])
     assert (pool.save_calls, pool.restore_calls, pool.copies) == (1, 1, 6)
 
 
 def test_failed_saves_are_not_counted_as_copies_and_faults_turn_off() -> None:
     pool = FakeSnapshotPool(2, 1)
     pool.fail_when(lambda save: True)
-    assert not pool.save([SsmSnapshotSave(0, 0, 1)]).ok
+    assert not pool.save([SsmSnapshotSave(0, 0, 1, 1)]).ok
     assert pool.copies == 0
     pool.fail_when(None)
-    assert pool.save([SsmSnapshotSave(0, 0, 1)]) == SaveOutcome(())
+    assert pool.save([SsmSnapshotSave(0, 0, 1, 1)]) == SaveOutcome(())
     assert pool.copies == 1
 
 
@@ -58,7 +58,7 @@ def test_a_predicate_that_raises_leaves_the_pool_as_it_was() -> None:
 
     pool.fail_when(broken)
     with pytest.raises(RuntimeError, match="boom"):
-        pool.save([SsmSnapshotSave(0, 0, 1)])
+        pool.save([SsmSnapshotSave(0, 0, 1, 1)])
     assert pool.save_calls == 0
     assert pool.stored_position(0, 0) is None
 
@@ -66,11 +66,11 @@ def test_a_predicate_that_raises_leaves_the_pool_as_it_was() -> None:
 def test_stored_value_is_what_was_live_at_the_save() -> None:
     pool = FakeSnapshotPool(1, 1)
     pool.live[0] = (1, 2, 3)
-    pool.save([SsmSnapshotSave(0, 0, 3)])
+    pool.save([SsmSnapshotSave(0, 0, 3, 3)])
     pool.live[0] = (1, 2, 3, 4)
     assert pool.stored_value(0, 0) == (1, 2, 3)
     pool.fail_when(lambda save: True)
-    pool.save([SsmSnapshotSave(0, 0, 4)])
+    pool.save([SsmSnapshotSave(0, 0, 4, 4)])
     assert pool.stored_value(0, 0) is None
 
 
@@ -87,3 +87,6 @@ def test_repr_shows_shape_and_counters() -> None:
         "FakeSnapshotPool(num_sequences=2, slots_per_sequence=3, save_calls=0, "
         "restore_calls=0, copies=0)"
     )
+
+
+TestFakePoolMachine = SnapshotPoolMachine.for_adapter(TestFakePoolConformance()).TestCase

@@ -261,23 +261,26 @@ def test_check_valid_names_the_broken_invariant(field: str, value: object, messa
 
 
 def test_entries_are_frozen_hashable_values() -> None:
-    entry = SsmRingEntry(4, 1)
-    assert entry == SsmRingEntry(token_position=4, snapshot_slot=1)
-    assert entry != SsmRingEntry(4, 2)
-    assert hash(entry) == hash(SsmRingEntry(4, 1))
+    entry = SsmRingEntry(4, 1, 9)
+    assert entry == SsmRingEntry(token_position=4, snapshot_slot=1, ticket=9)
+    assert entry != SsmRingEntry(4, 2, 9)
+    assert entry != SsmRingEntry(4, 1, 10)  # same position and slot, another snapshot
+    assert hash(entry) == hash(SsmRingEntry(4, 1, 9))
     assert pickle.loads(pickle.dumps(entry)) == entry
     assert copy.deepcopy(entry) == entry
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
         entry.token_position = 5  # type: ignore[misc]
-    assert repr(entry) == "SsmRingEntry(token_position=4, snapshot_slot=1)"
+    assert repr(entry) == "SsmRingEntry(token_position=4, snapshot_slot=1, ticket=9)"
 
 
 @pytest.mark.parametrize("bad", [-1, True, "1", None])
 def test_entries_validate_their_fields(bad: object) -> None:
     with pytest.raises(InvalidArgumentError, match="'token_position'"):
-        SsmRingEntry(bad, 0)  # type: ignore[arg-type]
+        SsmRingEntry(bad, 0, 0)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="'snapshot_slot'"):
-        SsmRingEntry(0, bad)  # type: ignore[arg-type]
+        SsmRingEntry(0, bad, 0)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="'ticket'"):
+        SsmRingEntry(0, 0, bad)  # type: ignore[arg-type]
 
 
 def test_rings_pickle_and_copy_with_their_state() -> None:
@@ -298,4 +301,8 @@ def test_rings_compare_by_identity() -> None:
 
 
 def test_repr_shows_capacity_cursor_and_entries() -> None:
-    assert repr(filled(3, 4, 6)) == "SsmDecodeRing(capacity=3, next_slot=2, entries=[4@0, 6@1])"
+    ring = filled(3, 4, 6)
+    first, second = (entry.ticket for entry in ring.entries)
+    assert repr(ring) == (
+        f"SsmDecodeRing(capacity=3, next_slot=2, entries=[4@0#{first}, 6@1#{second}])"
+    )

@@ -39,7 +39,9 @@ def test_a_boundary_outside_thinking_records_and_returns_a_save() -> None:
     save = snapshot_boundary_if_ssm(
         ring, seq=5, token_position=3, is_boundary=True, in_thinking=False
     )
-    assert save == SsmSnapshotSave(seq=5, slot=0, token_position=3)
+    entry = ring.entry_for(3)
+    assert entry is not None
+    assert save == SsmSnapshotSave(seq=5, slot=0, token_position=3, ticket=entry.ticket)
     assert ring.snapshot_positions() == (3,)
 
 
@@ -134,9 +136,14 @@ def test_a_long_history_is_bisected_not_scanned() -> None:
 
 def test_hybrid_rollback_truncates_the_ring_and_plans_one_restore() -> None:
     ring = ring_with(3, 2, 5, 9)
+    entry = ring.entry_for(5)
+    assert entry is not None
     plan = rollback_to_boundary(ring, [2, 5, 9], seq=4, current_len=12, at_most=8)
     assert plan == RollbackPlan(
-        seq=4, keep_len=5, tokens_dropped=7, effects=(SsmSnapshotRestore(4, 1, 5),)
+        seq=4,
+        keep_len=5,
+        tokens_dropped=7,
+        effects=(SsmSnapshotRestore(4, 1, 5, entry.ticket),),
     )
     assert ring.snapshot_positions() == (2, 5)
     assert ring.next_slot == 2
@@ -144,8 +151,10 @@ def test_hybrid_rollback_truncates_the_ring_and_plans_one_restore() -> None:
 
 def test_rolling_back_to_the_current_length_drops_nothing() -> None:
     ring = ring_with(2, 4)
+    entry = ring.entry_for(4)
+    assert entry is not None
     plan = rollback_to_boundary(ring, [4], seq=0, current_len=4)
-    assert plan == RollbackPlan(0, 4, 0, (SsmSnapshotRestore(0, 0, 4),))
+    assert plan == RollbackPlan(0, 4, 0, (SsmSnapshotRestore(0, 0, 4, entry.ticket),))
 
 
 @pytest.mark.parametrize(

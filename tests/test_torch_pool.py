@@ -21,7 +21,7 @@ from ssm_rollback import (
     apply_effects,
 )
 from ssm_rollback.backends.torch import TorchSnapshotPool
-from ssm_rollback.testing import SnapshotPoolConformance
+from ssm_rollback.testing import PoolAdapter, SnapshotPoolConformance, SnapshotPoolMachine
 
 HAS_CUDA = torch.cuda.is_available()
 LAYERS = 2
@@ -79,14 +79,10 @@ def skip_unavailable(case: Case) -> None:
         pytest.skip("no CUDA device here")
 
 
-class TestTorchPoolConformance(SnapshotPoolConformance[TorchSnapshotPool]):
-    case: Case
+class TorchAdapter(PoolAdapter[TorchSnapshotPool]):
+    """Pools over the live tensors of one ``Case``."""
 
-    @pytest.fixture(autouse=True, params=CASES, ids=[c.id for c in CASES])
-    def _case(self, request: pytest.FixtureRequest) -> None:
-        case: Case = request.param
-        skip_unavailable(case)
-        self.case = case
+    case: Case
 
     def make_pool(self, num_sequences: int, slots_per_sequence: int) -> TorchSnapshotPool:
         states = make_states(self.case, num_sequences)
@@ -110,6 +106,23 @@ class TestTorchPoolConformance(SnapshotPoolConformance[TorchSnapshotPool]):
         return int(values.pop())
 
 
+class TestTorchPoolConformance(TorchAdapter, SnapshotPoolConformance[TorchSnapshotPool]):
+    @pytest.fixture(autouse=True, params=CASES, ids=[c.id for c in CASES])
+    def _case(self, request: pytest.FixtureRequest) -> None:
+        case: Case = request.param
+        skip_unavailable(case)
+        self.case = case
+
+
+class StackedAdapter(TorchAdapter):
+    """Layers stacked as ``[L, B, ...]`` in bfloat16, the layout engines use."""
+
+    case = Case("cpu", torch.bfloat16, 1)
+
+
+TestTorchPoolMachine = SnapshotPoolMachine.for_adapter(StackedAdapter()).TestCase
+
+
 def as_bits(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()])
 
@@ -123,12 +136,12 @@ def test_restores_are_bitwise_exact_for_random_state(case: Case) -> None:
     rows = [5, 0, 11, 3, 15, 8]  # shuffled and scattered
     saved = [s.select(case.batch_dim, 0).clone() for s in states]  # shape reference
     saved = [s.index_select(case.batch_dim, torch.tensor(rows, device=s.device)) for s in states]
-    pool.save([SsmSnapshotSave(seq, (seq % 3), 40 + seq) for seq in rows])
+    pool.save([SsmSnapshotSave(seq, seq % 3, 40 + seq, 40 + seq) for seq in rows])
     for state in states:
         state.copy_(torch.randn(state.shape, generator=generator).to(state))
     untouched = [s.clone() for s in states]
     restored_rows = rows[::2]
-    pool.restore([SsmSnapshotRestore(seq, seq % 3, 40 + seq) for seq in restored_rows])
+    pool.restore([SsmSnapshotRestore(seq, seq % 3, 40 + seq, 40 + seq) for seq in restored_rows])
     for state, before, snap in zip(states, untouched, saved, strict=True):
         for i, seq in enumerate(rows):
             row = state.select(case.batch_dim, seq)
@@ -167,23 +180,25 @@ def test_the_op_count_of_a_save_or_restore_does_not_grow_with_the_batch() -> Non
     case = Case("cpu", torch.float32, 0)
     pool = TorchSnapshotPool(make_states(case, 1_024), 2)
     tensors = len(pool.live_states)
-    one = count_ops(lambda: pool.save([SsmSnapshotSave(7, 0, 1)]))
+    one = count_ops(lambda: pool.save([SsmSnapshotSave(7, 0, 1, 1)]))
     everyone = list(range(1_024))
     torch.manual_seed(0)
     shuffled = [everyone[i] for i in torch.randperm(1_024).tolist()]
-    many = count_ops(lambda: pool.save([SsmSnapshotSave(s, 1, 2) for s in shuffled]))
-    scattered = count_ops(lambda: pool.save([SsmSnapshotSave(s, 0, 3) for s in everyone[::3]]))
+    many = count_ops(lambda: pool.save([SsmSnapshotSave(s, 1, 2, 2) for s in shuffled]))
+    scattered = count_ops(lambda: pool.save([SsmSnapshotSave(s, 0, 3, 3) for s in everyone[::3]]))
     assert len(one) == len(many) == len(scattered) <= 2 * tensors + 3
     assert one.count("aten.index_copy_.default") == tensors
-    restore_one = count_ops(lambda: pool.restore([SsmSnapshotRestore(7, 0, 1)]))
-    restore_many = count_ops(lambda: pool.restore([SsmSnapshotRestore(s, 1, 2) for s in shuffled]))
+    restore_one = count_ops(lambda: pool.restore([SsmSnapshotRestore(7, 0, 1, 1)]))
+    restore_many = count_ops(
+        lambda: pool.restore([SsmSnapshotRestore(s, 1, 2, 2) for s in shuffled])
+    )
     assert len(restore_one) == len(restore_many) <= 2 * tensors + 3
 
 
 def test_stacked_layers_are_one_copy_per_tensor_not_per_layer() -> None:
     case = Case("cpu", torch.float32, 1)
     pool = TorchSnapshotPool(make_states(case, 64), 2, batch_dim=1)
-    ops = count_ops(lambda: pool.save([SsmSnapshotSave(s, 0, 1) for s in range(0, 64, 2)]))
+    ops = count_ops(lambda: pool.save([SsmSnapshotSave(s, 0, 1, 1) for s in range(0, 64, 2)]))
     assert ops.count("aten.index_copy_.default") == len(pool.live_states) == 2
 
 
@@ -201,8 +216,8 @@ def test_nbytes_is_what_bytes_needed_planned() -> None:
 def test_live_state_that_requires_grad_is_copied_without_autograd() -> None:
     state = torch.zeros(4, 3, requires_grad=True)
     pool = TorchSnapshotPool([state], 1)
-    pool.save([SsmSnapshotSave(1, 0, 1)])
-    pool.restore([SsmSnapshotRestore(1, 0, 1)])
+    pool.save([SsmSnapshotSave(1, 0, 1, 1)])
+    pool.restore([SsmSnapshotRestore(1, 0, 1, 1)])
 
 
 def test_apply_effects_drives_the_torch_pool() -> None:
@@ -213,10 +228,10 @@ def test_apply_effects_drives_the_torch_pool() -> None:
     for seq, ring in enumerate(rings):
         slot = ring.record(5)
         assert slot is not None
-        effects.append(SsmSnapshotSave(seq, slot, 5))
+        effects.append(SsmSnapshotSave(seq, slot, 5, 5))
     apply_effects(pool, effects, rings)
     state.fill_(-1)
-    apply_effects(pool, [SsmSnapshotRestore(2, 0, 5)], rings)
+    apply_effects(pool, [SsmSnapshotRestore(2, 0, 5, 5)], rings)
     assert state[2].tolist() == [2.0, 2.0, 2.0]
     assert state[1].tolist() == [-1.0, -1.0, -1.0]
 
@@ -224,14 +239,14 @@ def test_apply_effects_drives_the_torch_pool() -> None:
 def test_a_copy_that_raises_leaves_the_batch_holding_nothing() -> None:
     good = torch.zeros(4, 3)
     pool = TorchSnapshotPool([good, torch.zeros(4, 2)], 1)
-    pool.save([SsmSnapshotSave(0, 0, 1)])
+    pool.save([SsmSnapshotSave(0, 0, 1, 1)])
     live_rows, _ = pool._pairs[1]
     pool._pairs = (pool._pairs[0], (live_rows, live_rows[:1].clone()))  # too small: copy fails
     with pytest.raises(IndexError):
-        pool.save([SsmSnapshotSave(0, 0, 2), SsmSnapshotSave(3, 0, 2)])
+        pool.save([SsmSnapshotSave(0, 0, 2, 2), SsmSnapshotSave(3, 0, 2, 2)])
     assert pool.stored_position(0, 0) is None
     with pytest.raises(StaleSnapshotError):
-        pool.restore([SsmSnapshotRestore(0, 0, 1)])
+        pool.restore([SsmSnapshotRestore(0, 0, 1, 1)])
 
 
 @pytest.mark.parametrize(
@@ -267,8 +282,8 @@ def test_cuda_save_and_restore_never_synchronise_with_the_host() -> None:
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        pool.save([SsmSnapshotSave(s, s % 2, 9) for s in range(0, 256, 3)])
-        pool.restore([SsmSnapshotRestore(s, s % 2, 9) for s in range(0, 256, 6)])
+        pool.save([SsmSnapshotSave(s, s % 2, 9, 9) for s in range(0, 256, 3)])
+        pool.restore([SsmSnapshotRestore(s, s % 2, 9, 9) for s in range(0, 256, 6)])
     finally:
         torch.cuda.set_sync_debug_mode("default")
     torch.cuda.synchronize()
@@ -280,12 +295,12 @@ def test_a_contiguous_range_of_rows_is_restored_in_place_exactly(case: Case) -> 
     generator = torch.Generator().manual_seed(1)
     states = make_states(case, 12, generator)
     pool = TorchSnapshotPool(states, 2, batch_dim=case.batch_dim)
-    pool.save([SsmSnapshotSave(seq, seq % 2, 3) for seq in range(12)])
+    pool.save([SsmSnapshotSave(seq, seq % 2, 3, 3) for seq in range(12)])
     snapshot = [s.clone() for s in states]
     for state in states:
         state.copy_(torch.randn(state.shape, generator=generator).to(state))
     before = [s.clone() for s in states]
-    pool.restore([SsmSnapshotRestore(seq, seq % 2, 3) for seq in (7, 5, 6, 4)])  # rows 4..7
+    pool.restore([SsmSnapshotRestore(seq, seq % 2, 3, 3) for seq in (7, 5, 6, 4)])  # rows 4..7
     for state, old, snap in zip(states, before, snapshot, strict=True):
         for seq in range(12):
             expected = (snap if 4 <= seq <= 7 else old).select(case.batch_dim, seq)
@@ -300,3 +315,92 @@ def test_rows_are_copied_as_wide_integers_when_the_layout_allows() -> None:
     assert tuple(storage_rows.shape) == (8, 6)
     odd = TorchSnapshotPool([torch.zeros(4, 3, dtype=torch.float16)], 2)  # 6-byte rows
     assert odd._pairs[0][0].dtype == torch.int16
+
+
+# -- memory the pool no longer owns ---------------------------------------------------
+
+
+def _repoint_data(live: torch.Tensor) -> None:
+    live.data = torch.zeros_like(live)
+
+
+def _resize(live: torch.Tensor) -> None:
+    live.resize_(live.shape[0] + 1, *live.shape[1:])
+
+
+def _set_other_storage(live: torch.Tensor) -> None:
+    other = torch.zeros_like(live)
+    live.set_(other.untyped_storage(), 0, other.shape, other.stride())
+
+
+def _set_shifted_view(live: torch.Tensor) -> None:
+    # Same storage, one row on: every copy would land in the neighbouring row.
+    shape = [live.shape[0] - 1, *live.shape[1:]]
+    live.set_(live.untyped_storage(), live[1:].storage_offset(), shape, live[1:].stride())
+
+
+def _set_same_storage_transposed(live: torch.Tensor) -> None:
+    live.set_(live.untyped_storage(), 0, live.shape, list(reversed(live.stride())))
+
+
+def _to_float64(live: torch.Tensor) -> None:
+    live.data = live.data.double()
+
+
+@pytest.mark.parametrize(
+    "replace",
+    [
+        _repoint_data,
+        _resize,
+        _set_other_storage,
+        _set_shifted_view,
+        _set_same_storage_transposed,
+        _to_float64,
+    ],
+)
+@pytest.mark.parametrize("operation", ["save", "restore"])
+def test_memory_the_pool_no_longer_owns_is_refused(
+    replace: Callable[[torch.Tensor], None], operation: str
+) -> None:
+    conv = torch.arange(4 * 6, dtype=torch.float32).reshape(4, 6)
+    ssm = torch.arange(4 * 2 * 3, dtype=torch.float32).reshape(4, 2, 3)
+    pool = TorchSnapshotPool([conv, ssm], 2)
+    pool.save([SsmSnapshotSave(seq, 0, 5, 5) for seq in range(4)])
+    tags = [(pool.stored_position(s, 0), pool.stored_ticket(s, 0)) for s in range(4)]
+    replace(ssm)
+    before = ssm.clone(), conv.clone()
+    call: Callable[[], object] = (
+        (lambda: pool.save([SsmSnapshotSave(0, 1, 6, 6)]))
+        if operation == "save"
+        else (lambda: pool.restore([SsmSnapshotRestore(seq, 0, 5, 5) for seq in range(4)]))
+    )
+    with pytest.raises(InvalidArgumentError, match=r"'live_states\[1\]' must still be the memory"):
+        call()
+    assert torch.equal(ssm, before[0])
+    assert torch.equal(conv, before[1])  # the tensor that did not move was not written either
+    assert [(pool.stored_position(s, 0), pool.stored_ticket(s, 0)) for s in range(4)] == tags
+    assert pool.stored_position(0, 1) is None
+
+
+def test_in_place_writes_to_owned_memory_are_fine() -> None:
+    live = torch.zeros(3, 4)
+    pool = TorchSnapshotPool([live], 1)
+    live.fill_(2.0)  # what decoding does
+    live[1].copy_(torch.ones(4))
+    assert pool.save([SsmSnapshotSave(1, 0, 1, 1)]).ok
+    live.zero_()
+    pool.restore([SsmSnapshotRestore(1, 0, 1, 1)])
+    assert live[1].tolist() == [1.0] * 4
+
+
+@pytest.mark.parametrize("bad", [42, "always", object()])
+def test_fail_when_refuses_a_non_callable(bad: object) -> None:
+    pool = TorchSnapshotPool([torch.zeros(2, 3)], 1)
+    with pytest.raises(InvalidArgumentError, match="'predicate' must be a callable"):
+        pool.fail_when(bad)  # type: ignore[arg-type]
+    assert pool.save([SsmSnapshotSave(0, 0, 1, 1)]).ok  # faults stay off
+
+
+def test_storage_that_cannot_be_allocated_is_a_library_error() -> None:
+    with pytest.raises(InvalidArgumentError, match="'slots_per_sequence'"):
+        TorchSnapshotPool([torch.zeros(2, 1024)], 10**15)

@@ -35,11 +35,11 @@ from ssm_rollback import (
     rollback_to_boundary,
     snapshot_boundary_if_ssm,
 )
-from ssm_rollback.testing._tiny import TESTED_MODEL_TYPES, hybrid_model_types, tiny_config
 from ssm_rollback.integrations.transformers import (
     HybridCacheSnapshotPool,
     crop_attention,
 )
+from ssm_rollback.testing._tiny import TESTED_MODEL_TYPES, hybrid_model_types, tiny_config
 
 hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
 
@@ -286,7 +286,7 @@ def test_a_cache_whose_layers_changed_is_refused() -> None:
     pool = HybridCacheSnapshotPool(cache, 2)
     cache.reorder_cache(torch.LongTensor([1, 0]))  # beam search replaces the state tensors
     with pytest.raises(InvalidArgumentError, match=r"changed since the pool was made: layers\[0\]"):
-        pool.save([SsmSnapshotSave(0, 0, 1)])
+        pool.save([SsmSnapshotSave(0, 0, 1, 1)])
     assert pool.stored_position(0, 0) is None
 
 

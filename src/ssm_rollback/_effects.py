@@ -18,7 +18,7 @@ from ._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_n
 
 __all__ = ["Effect", "SsmSnapshotRestore", "SsmSnapshotSave", "effect_from_dict"]
 
-_FIELDS: Final = ("seq", "slot", "token_position")
+_FIELDS: Final = ("seq", "slot", "token_position", "ticket")
 
 
 def _non_negative_int(_instance: object, attribute: attrs.Attribute[int], value: int) -> None:
@@ -28,11 +28,16 @@ def _non_negative_int(_instance: object, attribute: attrs.Attribute[int], value:
 
 @attrs.frozen
 class _SnapshotEffect:
-    """The fields and dict form both effects share; the subclass says which copy it is."""
+    """The fields and dict form both effects share; the subclass says which copy it is.
+
+    ``ticket`` is the one the ring minted when it recorded the snapshot: a
+    pool restores a slot only when the slot holds exactly this ticket.
+    """
 
     seq: int = attrs.field(validator=_non_negative_int)
     slot: int = attrs.field(validator=_non_negative_int)
     token_position: int = attrs.field(validator=_non_negative_int)
+    ticket: int = attrs.field(validator=_non_negative_int)
 
     kind: ClassVar[str]
 
@@ -43,19 +48,27 @@ class _SnapshotEffect:
             "seq": self.seq,
             "slot": self.slot,
             "token_position": self.token_position,
+            "ticket": self.ticket,
         }
 
 
 @attrs.frozen
 class SsmSnapshotSave(_SnapshotEffect):
-    """Copy row ``seq``'s live SSM state (after ``token_position`` tokens) into ``slot``."""
+    """Copy row ``seq``'s live SSM state (after ``token_position`` tokens) into ``slot``.
+
+    The slot is tagged with ``ticket`` once the copy succeeds.
+    """
 
     kind: ClassVar[str] = "ssm_snapshot_save"
 
 
 @attrs.frozen
 class SsmSnapshotRestore(_SnapshotEffect):
-    """Copy snapshot ``slot`` (holding ``token_position``) back into row ``seq``'s live state."""
+    """Copy snapshot ``slot`` back into row ``seq``'s live state.
+
+    Only when the slot holds exactly ``ticket`` (and ``token_position``):
+    anything else is a ``StaleSnapshotError`` and nothing is copied.
+    """
 
     kind: ClassVar[str] = "ssm_snapshot_restore"
 

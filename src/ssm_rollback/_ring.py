@@ -35,8 +35,14 @@ every method below cites:
    sequence finished or was preempted and its pool row is reused).
 9. **Invariant.** At most ``capacity`` live entries; every slot in
    ``[0, capacity)``; no two live entries share a slot; positions strictly
-   ascending; cursor in ``[0, capacity)``, or 0 when disabled.
-   ``check_valid()`` verifies it.
+   ascending; tickets strictly ascending with them; cursor in
+   ``[0, capacity)``, or 0 when disabled. ``check_valid()`` verifies it.
+10. **Tickets.** Every ``record`` mints a ticket: an ``int`` no other
+   ``record`` in the process has had (one process-wide counter). The entry,
+   the save and the restore carry it, and a pool restores a slot only when
+   the slot holds exactly that ticket. A position cannot tell a branch
+   re-recorded after a rollback, or a reused row, from the snapshot it
+   replaced; a ticket can.
 
 Cost: ``record``, ``slot_for_position`` and ``discard`` are O(1) and
 ``truncate_after`` is O(1) per dropped entry, whatever the capacity: the
@@ -47,6 +53,7 @@ slot -> position) instead of the list the seed scanned on every record.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from typing import final
 
 import attrs
@@ -59,6 +66,10 @@ from ._errors import (
 )
 
 __all__ = ["SsmDecodeRing", "SsmRingEntry"]
+
+# Rule 10: one counter for the process, so no two records anywhere share a
+# ticket. ``next`` on an ``itertools.count`` is atomic under the GIL.
+_mint_ticket = itertools.count(1).__next__
 
 
 def _non_negative_int(_instance: object, attribute: attrs.Attribute[int], value: int) -> None:
@@ -75,6 +86,8 @@ class SsmRingEntry:
 
     token_position: int = attrs.field(validator=_non_negative_int)
     snapshot_slot: int = attrs.field(validator=_non_negative_int)
+    #: The ticket ``record`` minted for this snapshot (rule 10).
+    ticket: int = attrs.field(validator=_non_negative_int)
 
 
 def _capacity(value: int) -> int:
@@ -101,6 +114,9 @@ class SsmDecodeRing:
     _slot_of: dict[int, int] = attrs.field(init=False, factory=dict)
     # slot -> position: who owns each slot, for eviction (rule 5).
     _owner_of: dict[int, int] = attrs.field(init=False, factory=dict)
+    # slot -> ticket of the slot's newest record (rule 10); read only through
+    # a live entry's slot, so entries of dropped slots may linger here.
+    _ticket_of: dict[int, int] = attrs.field(init=False, factory=dict)
     _cursor: int = attrs.field(init=False, default=0)
     # The newest live position (-1 when none): the order check of rule 3.
     _newest: int = attrs.field(init=False, default=-1)
@@ -123,13 +139,14 @@ class SsmDecodeRing:
     @property
     def entries(self) -> tuple[SsmRingEntry, ...]:
         """The live entries, oldest first."""
-        return tuple(SsmRingEntry(p, s) for p, s in self._slot_of.items())
+        tickets = self._ticket_of
+        return tuple(SsmRingEntry(p, s, tickets[s]) for p, s in self._slot_of.items())
 
     def __len__(self) -> int:
         return len(self._slot_of)
 
     def __repr__(self) -> str:
-        live = ", ".join(f"{p}@{s}" for p, s in self._slot_of.items())
+        live = ", ".join(f"{p}@{s}#{self._ticket_of[s]}" for p, s in self._slot_of.items())
         return (
             f"SsmDecodeRing(capacity={self._capacity}, next_slot={self._cursor}, entries=[{live}])"
         )
@@ -139,8 +156,14 @@ class SsmDecodeRing:
 
         Returns ``None`` on a disabled ring (rule 1). Otherwise the caller
         must save the SSM state into the returned slot, or ``discard`` the
-        entry if the save fails. Rules 2-5.
+        entry if the save fails; ``entry_for(token_position)`` has the ticket
+        the save carries. Rules 2-5 and 10.
         """
+        recorded = self._record(token_position)
+        return None if recorded is None else recorded[0]
+
+    def _record(self, token_position: int) -> tuple[int, int] | None:
+        """``record``, returning ``(slot, ticket)``: the per-boundary path of the planners."""
         if type(token_position) is not int or token_position < 0:  # rule 2, fast path first
             token_position = check_non_negative_int("token_position", token_position)
         capacity = self._capacity
@@ -161,7 +184,15 @@ class SsmDecodeRing:
         slot_of[token_position] = slot
         owner_of[slot] = token_position
         self._newest = token_position
-        return slot
+        ticket = self._ticket_of[slot] = _mint_ticket()
+        return slot, ticket
+
+    def entry_for(self, position: int) -> SsmRingEntry | None:
+        """The live entry at exactly ``position`` (its slot and ticket), or ``None``. Rule 2."""
+        if type(position) is not int or position < 0:
+            position = check_non_negative_int("position", position)
+        slot = self._slot_of.get(position)
+        return None if slot is None else SsmRingEntry(position, slot, self._ticket_of[slot])
 
     def slot_for_position(self, keep_len: int) -> int | None:
         """The slot holding the snapshot at exactly ``keep_len`` tokens, or ``None``. Rule 2."""
@@ -172,6 +203,14 @@ class SsmDecodeRing:
     def snapshot_positions(self) -> tuple[int, ...]:
         """The positions that have a live snapshot, in recording (= ascending) order."""
         return tuple(self._slot_of)
+
+    def _newest_first(self) -> Iterator[int]:
+        """The live positions, newest first, lazily: a rollback usually stops at the first."""
+        return reversed(self._slot_of)
+
+    def _newest_position(self) -> int:
+        """The newest live position, or -1 when none is live."""
+        return self._newest
 
     def truncate_after(self, keep_len: int) -> None:
         """Forget every snapshot after ``keep_len`` tokens (a rollback to ``keep_len``). Rule 6."""
@@ -231,6 +270,11 @@ class SsmDecodeRing:
         positions = list(slot_of)
         if any(a >= b for a, b in itertools.pairwise(positions)):
             raise InvariantError(f"live positions are not strictly ascending: {positions}")
+        tickets = [self._ticket_of.get(slot, -1) for slot in slot_of.values()]
+        if any(a >= b for a, b in itertools.pairwise(tickets)) or -1 in tickets:
+            raise InvariantError(
+                f"live tickets are missing or not ascending with their positions: {tickets}"
+            )
         if self._newest != next(reversed(slot_of), -1):
             raise InvariantError(
                 f"cached newest position {self._newest} is not the newest live entry's"

@@ -5,10 +5,11 @@ A pool owns the snapshot memory - ``slots_per_sequence`` slots for each of
 live SSM state and snapshot ``(seq, slot)``. Copies are batched: one
 ``save`` (or ``restore``) call per step, one copy per state tensor inside it.
 
-Every pool also remembers which ``token_position`` each slot last received
-(``SlotTags``, shared by all backends), so a restore of a slot that holds
-another position, or nothing, raises ``StaleSnapshotError`` before copying
-anything: a bookkeeping bug can never silently restore the wrong state.
+Every pool also remembers which ``token_position`` and ticket each slot last
+received (``SlotTags``, shared by all backends), so a restore of a slot that
+holds another ticket, or nothing, raises ``StaleSnapshotError`` before
+copying anything: a bookkeeping bug can never silently restore the wrong
+state.
 ``apply_effects`` runs a step's effects through a pool and discards failed
 saves from their rings, so no ring ever points at a slot that was not written.
 """
@@ -16,18 +17,14 @@ saves from their rings, so no ring ever points at a slot that was not written.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Protocol, TypeAlias, final, runtime_checkable
+from typing import Protocol, TypeAlias, cast, runtime_checkable
 
 import attrs
 
 from ._effects import Effect, SsmSnapshotRestore, SsmSnapshotSave
-from ._errors import (
-    InvalidArgumentError,
-    InvalidArgumentTypeError,
-    StaleSnapshotError,
-    check_non_negative_int,
-)
+from ._errors import InvalidArgumentError, InvalidArgumentTypeError, StaleSnapshotError
 from ._ring import SsmDecodeRing
+from ._slots import SlotTags
 
 __all__ = ["Rings", "SaveOutcome", "SlotTags", "SnapshotPool", "apply_effects"]
 
@@ -51,7 +48,8 @@ class SnapshotPool(Protocol):
     ``save`` and ``restore`` are batched: one call per step, one copy per
     state tensor inside it, never one per sequence or layer. A failed save
     leaves its slot holding nothing; a restore of a slot that does not hold
-    the named position raises ``StaleSnapshotError`` and copies nothing.
+    the restore's exact ticket raises ``StaleSnapshotError`` and copies
+    nothing.
     ``ssm_rollback.testing.SnapshotPoolConformance`` checks all of this.
     """
 
@@ -77,133 +75,9 @@ class SnapshotPool(Protocol):
         """The ``token_position`` snapshot ``(seq, slot)`` holds; ``None`` if nothing."""
         ...
 
-
-def _num_sequences_arg(value: int) -> int:
-    return check_non_negative_int("num_sequences", value)
-
-
-def _slots_arg(value: int) -> int:
-    return check_non_negative_int("slots_per_sequence", value)
-
-
-@final
-@attrs.define(eq=False, repr=False, on_setattr=attrs.setters.NO_OP)
-class SlotTags:
-    """Which ``token_position`` each ``(seq, slot)`` holds: the stale-restore guard of every pool.
-
-    A backend calls ``check_saves`` / ``check_restores`` before it copies
-    anything (they raise, changing nothing, on bad or stale input), then
-    ``mark_saved`` / ``mark_failed`` once it knows which saves happened.
-    """
-
-    _num_sequences: int = attrs.field(converter=_num_sequences_arg)
-    _slots_per_sequence: int = attrs.field(converter=_slots_arg)
-    _tags: list[int | None] = attrs.field(init=False)
-
-    def __attrs_post_init__(self) -> None:
-        self._tags = [None] * (self._num_sequences * self._slots_per_sequence)
-
-    @property
-    def num_sequences(self) -> int:
-        """Rows tracked."""
-        return self._num_sequences
-
-    @property
-    def slots_per_sequence(self) -> int:
-        """Slots per row."""
-        return self._slots_per_sequence
-
-    def __repr__(self) -> str:
-        held = sum(tag is not None for tag in self._tags)
-        return (
-            f"SlotTags(num_sequences={self._num_sequences}, "
-            f"slots_per_sequence={self._slots_per_sequence}, held={held})"
-        )
-
-    def index(self, seq: int, slot: int) -> int:
-        """Flat index of ``(seq, slot)``: ``seq * slots_per_sequence + slot``."""
-        return seq * self._slots_per_sequence + slot
-
-    def stored_position(self, seq: int, slot: int) -> int | None:
-        """The position ``(seq, slot)`` holds, or ``None``; out-of-range ids raise."""
-        seq = check_non_negative_int("seq", seq)
-        slot = check_non_negative_int("slot", slot)
-        self._check_ids("seq", seq, "slot", slot)
-        return self._tags[self.index(seq, slot)]
-
-    def check_saves(self, saves: Sequence[SsmSnapshotSave]) -> None:
-        """Raise ``InvalidArgumentError`` unless ``saves`` is a valid batch; changes nothing."""
-        self._check_batch("saves", saves, SsmSnapshotSave)
-
-    def check_restores(self, restores: Sequence[SsmSnapshotRestore]) -> None:
-        """Raise unless every restore names a slot holding its position; changes nothing."""
-        self._check_batch("restores", restores, SsmSnapshotRestore)
-        tags = self._tags
-        stale = [r for r in restores if tags[self.index(r.seq, r.slot)] != r.token_position]
-        if stale:
-            described = "; ".join(
-                f"(seq {r.seq}, slot {r.slot}) holds "
-                f"{_held(tags[self.index(r.seq, r.slot)])}, not position {r.token_position}"
-                for r in stale[:4]
-            )
-            more = f" (and {len(stale) - 4} more)" if len(stale) > 4 else ""
-            raise StaleSnapshotError(
-                f"refusing a batch of {len(restores)} restores, copying nothing: {described}{more}"
-            )
-
-    def mark_saved(self, saves: Iterable[SsmSnapshotSave]) -> None:
-        """Record that each save's slot now holds its position."""
-        tags, slots = self._tags, self._slots_per_sequence
-        for save in saves:
-            tags[save.seq * slots + save.slot] = save.token_position
-
-    def mark_failed(self, saves: Iterable[SsmSnapshotSave]) -> None:
-        """Record that each failed save's slot holds nothing (it may be half written)."""
-        for save in saves:
-            self._tags[self.index(save.seq, save.slot)] = None
-
-    def _check_ids(self, seq_name: str, seq: int, slot_name: str, slot: int) -> None:
-        if seq >= self._num_sequences:
-            raise InvalidArgumentError(
-                f"'{seq_name}' must be < num_sequences {self._num_sequences}, got {seq}"
-            )
-        if slot >= self._slots_per_sequence:
-            raise InvalidArgumentError(
-                f"'{slot_name}' must be < slots_per_sequence {self._slots_per_sequence}, got {slot}"
-            )
-
-    def _check_batch(
-        self,
-        name: str,
-        batch: Sequence[SsmSnapshotSave] | Sequence[SsmSnapshotRestore],
-        kind: type[SsmSnapshotSave] | type[SsmSnapshotRestore],
-    ) -> None:
-        if not isinstance(batch, Sequence):
-            raise InvalidArgumentTypeError(
-                f"'{name}' must be a sequence of {kind.__name__}, got {type(batch).__name__}"
-            )
-        rows: dict[int, int] = {}
-        num_sequences, slots = self._num_sequences, self._slots_per_sequence
-        for i, effect in enumerate(batch):
-            if type(effect) is not kind:
-                raise InvalidArgumentTypeError(
-                    f"'{name}[{i}]' must be a {kind.__name__}, got {effect!r}"
-                )
-            seq = effect.seq
-            if seq >= num_sequences or effect.slot >= slots:
-                self._check_ids(f"{name}[{i}].seq", seq, f"{name}[{i}].slot", effect.slot)
-            first = rows.setdefault(seq, i)
-            if first != i:
-                # A row's live state holds one position: two copies of it in one
-                # batch mean the effects of two steps were applied at once.
-                raise InvalidArgumentError(
-                    f"'{name}' must name each row at most once per batch, got seq "
-                    f"{seq} at {name}[{first}] and {name}[{i}]"
-                )
-
-
-def _held(tag: int | None) -> str:
-    return "nothing" if tag is None else f"position {tag}"
+    def stored_ticket(self, seq: int, slot: int) -> int | None:
+        """The ticket of the save snapshot ``(seq, slot)`` holds; ``None`` if nothing."""
+        ...
 
 
 Rings: TypeAlias = Sequence[SsmDecodeRing] | Mapping[int, SsmDecodeRing]
@@ -214,66 +88,146 @@ def _ring_lookup(rings: Rings) -> Callable[[int], SsmDecodeRing | None]:
     """``seq -> ring or None`` for either shape of ``rings`` (decided once, not per effect)."""
     if isinstance(rings, Mapping):
         return rings.get
+    if not isinstance(rings, Sequence) or isinstance(rings, str | bytes):
+        raise InvalidArgumentTypeError(
+            f"'rings' must be a sequence of SsmDecodeRing indexed by seq, or a mapping from "
+            f"seq, got {type(rings).__name__}"
+        )
     count = len(rings)
     return lambda seq: rings[seq] if seq < count else None
+
+
+def _check_pool(pool: object) -> SnapshotPool:
+    for member in ("save", "restore", "stored_position", "stored_ticket"):
+        if not callable(getattr(pool, member, None)):
+            raise InvalidArgumentTypeError(
+                f"'pool' must be a SnapshotPool (with a {member}() method), got "
+                f"{type(pool).__name__}"
+            )
+    return cast(SnapshotPool, pool)
+
+
+@attrs.define
+class _Run:
+    """Consecutive effects of one kind: one call to the pool. One of the lists is empty."""
+
+    saves: list[SsmSnapshotSave] = attrs.field(factory=list)
+    restores: list[SsmSnapshotRestore] = attrs.field(factory=list)
+
+
+def _runs(effects: Iterable[Effect]) -> list[_Run]:
+    """``effects`` split into runs of one kind: the batches the pool receives."""
+    if isinstance(effects, str | bytes | Mapping) or not isinstance(effects, Iterable):
+        raise InvalidArgumentTypeError(
+            f"'effects' must be an iterable of effects, got {type(effects).__name__}"
+        )
+    runs: list[_Run] = []
+    saving: bool | None = None
+    for i, effect in enumerate(effects):
+        if type(effect) is SsmSnapshotSave:
+            if saving is not True:
+                runs.append(_Run())
+                saving = True
+            runs[-1].saves.append(effect)
+        elif type(effect) is SsmSnapshotRestore:
+            if saving is not False:
+                runs.append(_Run())
+                saving = False
+            runs[-1].restores.append(effect)
+        else:
+            raise InvalidArgumentTypeError(
+                f"'effects[{i}]' must be an SsmSnapshotSave or SsmSnapshotRestore, got {effect!r}"
+            )
+    return runs
+
+
+def _check_runs(
+    pool: SnapshotPool, runs: list[_Run], ring_for: Callable[[int], SsmDecodeRing | None]
+) -> None:
+    """Check every effect of every run before the first copy; raise naming ``effects[i]``.
+
+    Restores are checked against what their slots will hold once the saves
+    before them in this call are written.
+    """
+    rows, slots = pool.num_sequences, pool.slots_per_sequence
+    # (seq, slot) -> (position, ticket) it will hold once the earlier saves ran.
+    pending: dict[tuple[int, int], tuple[int | None, int | None]] = {}
+    i = 0
+    for run in runs:
+        seen: dict[int, int] = {}
+        for effect in run.saves or run.restores:
+            seq, slot = effect.seq, effect.slot
+            if seq >= rows:
+                raise InvalidArgumentError(
+                    f"'effects[{i}].seq' must be < the pool's num_sequences {rows}, got {effect!r}"
+                )
+            if slot >= slots:
+                raise InvalidArgumentError(
+                    f"'effects[{i}].slot' must be < the pool's slots_per_sequence {slots}, "
+                    f"got {effect!r}"
+                )
+            first = seen.setdefault(seq, i)
+            if first != i:
+                raise InvalidArgumentError(
+                    f"'effects' must name each row at most once per run of one kind, got seq "
+                    f"{seq} at effects[{first}] and effects[{i}]"
+                )
+            if type(effect) is SsmSnapshotSave:
+                if ring_for(seq) is None:
+                    raise InvalidArgumentError(
+                        f"'rings' must hold a ring for every saved row, got none for seq "
+                        f"{seq} (effects[{i}])"
+                    )
+                pending[seq, slot] = (effect.token_position, effect.ticket)
+            else:
+                held = pending.get((seq, slot))
+                if held is None:
+                    held = (pool.stored_position(seq, slot), pool.stored_ticket(seq, slot))
+                if held != (effect.token_position, effect.ticket):
+                    what = "nothing" if held[1] is None else f"position {held[0]} ticket {held[1]}"
+                    raise StaleSnapshotError(
+                        f"refusing 'effects[{i}]' {effect!r}, copying nothing: its slot holds "
+                        f"{what}"
+                    )
+            i += 1
 
 
 def apply_effects(pool: SnapshotPool, effects: Iterable[Effect], rings: Rings) -> SaveOutcome:
     """Run a step's effects through ``pool`` in order; discard failed saves from their rings.
 
     Consecutive saves go to the pool as one ``save`` call, consecutive
-    restores as one ``restore`` call. A save that fails is discarded from
-    ``rings[save.seq]``, so no ring points at a slot that was not written.
-    Every effect is checked before the first copy; if the pool refuses a
-    batch (say, a ``StaleSnapshotError``) the batches before it have been
-    applied and the ones after it have not. Returns every failed save.
+    restores as one ``restore`` call. Every effect is checked before the
+    first copy - its kind, its row and slot against the pool, each row at
+    most once per call to the pool, a ring for every saved row, and each
+    restore against what its slot will hold once the saves before it are
+    written - and a bad one raises, naming ``effects[i]``, with nothing
+    copied. A save that fails is discarded from ``rings[save.seq]``, so no
+    ring points at a slot that was not written; a restore that needed it
+    then raises ``StaleSnapshotError`` when its batch comes, after the
+    batches before it were applied. Returns every failed save.
     """
-    batch = tuple(effects)
+    pool = _check_pool(pool)
     ring_for = _ring_lookup(rings)
-    for i, effect in enumerate(batch):
-        if type(effect) is SsmSnapshotSave:
-            if ring_for(effect.seq) is None:
-                raise InvalidArgumentError(
-                    f"'rings' must hold a ring for every saved row, got none for seq "
-                    f"{effect.seq} (effects[{i}])"
-                )
-        elif type(effect) is not SsmSnapshotRestore:
-            raise InvalidArgumentTypeError(
-                f"'effects[{i}]' must be an SsmSnapshotSave or SsmSnapshotRestore, got {effect!r}"
-            )
+    runs = _runs(effects)
+    _check_runs(pool, runs, ring_for)
     failed: list[SsmSnapshotSave] = []
-    saves: list[SsmSnapshotSave] = []
-    restores: list[SsmSnapshotRestore] = []
-
-    def flush_saves() -> None:
-        outcome = pool.save(saves)
-        for save in outcome.failed:
-            _forget(ring_for(save.seq), save)
-        failed.extend(outcome.failed)
-        saves.clear()
-
-    def flush_restores() -> None:
-        pool.restore(restores)
-        restores.clear()
-
-    for effect in batch:
-        if isinstance(effect, SsmSnapshotSave):
-            if restores:
-                flush_restores()
-            saves.append(effect)
+    for run in runs:
+        if run.saves:
+            outcome = pool.save(run.saves)
+            for save in outcome.failed:
+                _forget(ring_for(save.seq), save)
+            failed.extend(outcome.failed)
         else:
-            if saves:
-                flush_saves()
-            restores.append(effect)
-    if saves:
-        flush_saves()
-    if restores:
-        flush_restores()
+            pool.restore(run.restores)
     return SaveOutcome(tuple(failed))
 
 
 def _forget(ring: SsmDecodeRing | None, save: SsmSnapshotSave) -> None:
-    # The ring may already have moved on (a rollback truncated the entry):
-    # then nothing points at the slot and there is nothing to forget.
-    if ring is not None and ring.slot_for_position(save.token_position) == save.slot:
+    # The ring may already have moved on (a rollback truncated the entry, a
+    # later record took the slot): then nothing points at what the failed save
+    # was for, and there is nothing to forget.
+    if ring is None:
+        return
+    entry = ring.entry_for(save.token_position)
+    if entry is not None and entry.ticket == save.ticket and entry.snapshot_slot == save.slot:
         ring.discard(save.token_position)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import enum
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import attrs
 
@@ -65,6 +65,14 @@ class RollbackDeclined:
     reason: DeclineReason
 
 
+def _check_ring(ring: object) -> SsmDecodeRing:
+    if type(ring) is not SsmDecodeRing:
+        raise InvalidArgumentTypeError(
+            f"'ring' must be an SsmDecodeRing, got {ring!r} of type {type(ring).__name__}"
+        )
+    return ring
+
+
 def _check_bool(name: str, value: object) -> bool:
     if type(value) is not bool:
         raise InvalidArgumentTypeError(
@@ -89,6 +97,8 @@ def snapshot_boundary_if_ssm(
     """
     # Runs for every sequence at every step: plain ints and bools take the
     # two-comparison path, anything else the full check.
+    if type(ring) is not SsmDecodeRing:
+        _check_ring(ring)
     if type(seq) is not int or seq < 0:
         seq = check_non_negative_int("seq", seq)
     if type(token_position) is not int or token_position < 0:
@@ -99,10 +109,10 @@ def snapshot_boundary_if_ssm(
         _check_bool("in_thinking", in_thinking)
     if not is_boundary or in_thinking:
         return None
-    slot = ring.record(token_position)
-    if slot is None:
+    recorded = ring._record(token_position)
+    if recorded is None:
         return None
-    return SsmSnapshotSave(seq, slot, token_position)
+    return SsmSnapshotSave(seq, recorded[0], token_position, recorded[1])
 
 
 def _boundary_at(boundaries: Sequence[int], index: int) -> int:
@@ -114,7 +124,13 @@ def _boundary_at(boundaries: Sequence[int], index: int) -> int:
 
 def _last_boundary_index(boundaries: Sequence[int], limit: int) -> int:
     """Index of the largest boundary ``<= limit``, or -1; checks the elements it reads."""
-    index = bisect_right(boundaries, limit) - 1
+    try:
+        index = bisect_right(boundaries, limit) - 1
+    except TypeError:
+        # An element bisect compared is not a number: find it for the message.
+        for i, value in enumerate(boundaries):
+            check_non_negative_int(f"boundaries[{i}]", value)
+        raise  # pragma: no cover - bisect only raises for an element the loop refuses
     if index >= 0:
         found = _boundary_at(boundaries, index)
         if index > 0 and _boundary_at(boundaries, index - 1) >= found:
@@ -151,10 +167,11 @@ def _limit(at_most: int | None, ceiling: int | None) -> int | None:
     return ceiling if at_most is None else min(at_most, ceiling)
 
 
-def _find(positions: tuple[int, ...], boundaries: Sequence[int], limit: int | None) -> int | None:
-    # The ring holds a handful of live positions: try them newest first and
-    # bisect the (possibly long) boundary history for each.
-    for position in reversed(positions):
+def _find(newest_first: Iterable[int], boundaries: Sequence[int], limit: int | None) -> int | None:
+    # Try the ring's live positions newest first, lazily (the newest is the
+    # usual hit, whatever the capacity), and bisect the possibly long
+    # boundary history for each.
+    for position in newest_first:
         if limit is not None and position > limit:
             continue
         index = _last_boundary_index(boundaries, position)
@@ -167,8 +184,9 @@ def find_last_boundary_with_snapshot(
     ring: SsmDecodeRing, boundaries: Sequence[int], *, at_most: int | None = None
 ) -> int | None:
     """The largest boundary (``<= at_most`` when given) that still has a live snapshot."""
+    ring = _check_ring(ring)
     _check_sequence(boundaries)
-    return _find(ring.snapshot_positions(), boundaries, _limit(at_most, None))
+    return _find(ring._newest_first(), boundaries, _limit(at_most, None))
 
 
 def rollback_to_boundary(
@@ -188,6 +206,7 @@ def rollback_to_boundary(
     model (``hybrid=False``) the plan only truncates and the ring is left
     alone. A decline changes nothing.
     """
+    ring = _check_ring(ring)
     seq = check_non_negative_int("seq", seq)
     current_len = check_non_negative_int("current_len", current_len)
     hybrid = _check_bool("hybrid", hybrid)
@@ -195,22 +214,22 @@ def rollback_to_boundary(
     limit = _limit(at_most, current_len)
     assert limit is not None  # current_len is the ceiling
     if hybrid:
-        positions = ring.snapshot_positions()
-        if positions and positions[-1] > current_len:
+        newest = ring._newest_position()
+        if newest > current_len:
             raise InvalidArgumentError(
                 f"'current_len' must be >= every live snapshot position, got {current_len} "
-                f"while the ring holds {positions[-1]}; truncate_after() the ring whenever "
+                f"while the ring holds {newest}; truncate_after() the ring whenever "
                 f"the sequence is truncated"
             )
         if not ring.is_enabled:
             return RollbackDeclined(seq, DeclineReason.RING_DISABLED)
-        target = _find(positions, boundaries, limit)
+        target = _find(ring._newest_first(), boundaries, limit)
         if target is None:
             return RollbackDeclined(seq, _shortfall(boundaries, limit))
-        slot = ring.slot_for_position(target)
-        assert slot is not None  # _find only returns live positions
+        entry = ring.entry_for(target)
+        assert entry is not None  # _find only returns live positions
         ring.truncate_after(target)
-        restore = SsmSnapshotRestore(seq, slot, target)
+        restore = SsmSnapshotRestore(seq, entry.snapshot_slot, target, entry.ticket)
         return RollbackPlan(seq, target, current_len - target, (restore,))
     index = _last_boundary_index(boundaries, limit)
     if index < 0:

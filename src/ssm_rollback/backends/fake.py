@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import final
 
 from .._effects import SsmSnapshotRestore, SsmSnapshotSave
-from ..pool import SaveOutcome, SlotTags
+from .._slots import PoolBase
+from ..pool import SaveOutcome
 
 __all__ = ["FakeSnapshotPool"]
 
 
 @final
-class FakeSnapshotPool:
+class FakeSnapshotPool(PoolBase):
     """A ``SnapshotPool`` whose "state" is whatever a test puts in ``live[seq]``.
 
     ``save`` stores ``live[seq]`` in the slot, ``restore`` puts the stored
@@ -24,23 +25,12 @@ class FakeSnapshotPool:
     """
 
     def __init__(self, num_sequences: int, slots_per_sequence: int) -> None:
-        self._tags = SlotTags(num_sequences, slots_per_sequence)
-        self.live: list[object] = [None] * num_sequences
-        self._stored: list[object] = [None] * (num_sequences * slots_per_sequence)
-        self._fail: Callable[[SsmSnapshotSave], bool] | None = None
+        super().__init__(num_sequences, slots_per_sequence)
+        self.live: list[object] = [None] * self.num_sequences
+        self._stored: list[object] = [None] * (self.num_sequences * self.slots_per_sequence)
         self.save_calls = 0
         self.restore_calls = 0
         self.copies = 0
-
-    @property
-    def num_sequences(self) -> int:
-        """Rows the pool holds snapshots for."""
-        return self._tags.num_sequences
-
-    @property
-    def slots_per_sequence(self) -> int:
-        """Snapshot slots per row."""
-        return self._tags.slots_per_sequence
 
     def __repr__(self) -> str:
         return (
@@ -49,42 +39,31 @@ class FakeSnapshotPool:
             f"restore_calls={self.restore_calls}, copies={self.copies})"
         )
 
-    def fail_when(self, predicate: Callable[[SsmSnapshotSave], bool] | None) -> None:
-        """Make every later save for which ``predicate(save)`` is true fail; ``None``: none."""
-        self._fail = predicate
-
     def save(self, saves: Sequence[SsmSnapshotSave], /) -> SaveOutcome:
         """Store each save's ``live[seq]`` in its slot, except the saves made to fail."""
-        self._tags.check_saves(saves)
-        fail = self._fail
-        # Ask the predicate about every save before copying any, so a
-        # predicate that raises leaves the pool as it was.
-        failed = () if fail is None else tuple(save for save in saves if fail(save))
+        failed = self._save_batch(saves)
         self.save_calls += 1
-        stored, live, slots = self._stored, self.live, self.slots_per_sequence
-        for save in saves:
-            stored[save.seq * slots + save.slot] = live[save.seq]
-        for save in failed:
-            stored[save.seq * slots + save.slot] = None
-        self.copies += len(saves) - len(failed)
-        self._tags.mark_saved(saves)
-        self._tags.mark_failed(failed)
         return SaveOutcome(failed)
 
     def restore(self, restores: Sequence[SsmSnapshotRestore], /) -> None:
         """Put each restore's stored value back into ``live[seq]``; stale restores copy nothing."""
-        self._tags.check_restores(restores)
+        self._restore_batch(restores)
         self.restore_calls += 1
-        for restore in restores:
-            self.live[restore.seq] = self._stored[self._tags.index(restore.seq, restore.slot)]
-        self.copies += len(restores)
-
-    def stored_position(self, seq: int, slot: int) -> int | None:
-        """The position snapshot ``(seq, slot)`` holds, or ``None``."""
-        return self._tags.stored_position(seq, slot)
 
     def stored_value(self, seq: int, slot: int) -> object:
         """The value snapshot ``(seq, slot)`` holds (``None`` when it holds nothing)."""
-        if self._tags.stored_position(seq, slot) is None:
+        if self._tags.stored_ticket(seq, slot) is None:
             return None
         return self._stored[self._tags.index(seq, slot)]
+
+    def _copy_saves(self, saves: list[SsmSnapshotSave], flat: list[int]) -> None:
+        stored, live = self._stored, self.live
+        for save, i in zip(saves, flat, strict=True):
+            stored[i] = live[save.seq]
+        self.copies += len(saves)
+
+    def _copy_restores(self, restores: list[SsmSnapshotRestore], flat: list[int]) -> None:
+        stored, live = self._stored, self.live
+        for restore, i in zip(restores, flat, strict=True):
+            live[restore.seq] = stored[i]
+        self.copies += len(restores)

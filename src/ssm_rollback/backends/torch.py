@@ -17,14 +17,16 @@ device with ``non_blocking=True`` from pinned memory.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import itertools
+from collections.abc import Sequence
 from typing import Final, final
 
 import torch
 
 from .._effects import SsmSnapshotRestore, SsmSnapshotSave
 from .._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int
-from ..pool import SaveOutcome, SlotTags
+from .._slots import PoolBase
+from ..pool import SaveOutcome
 
 __all__ = ["SUPPORTED_DTYPES", "TorchSnapshotPool"]
 
@@ -80,15 +82,35 @@ def _batch_dim(value: int) -> int:
     return check_non_negative_int("batch_dim", value)
 
 
+#: What makes a live tensor the memory the pool was built over: its address
+#: (storage offset included), shape, strides, dtype and device.
+_Fingerprint = tuple[int, torch.Size, tuple[int, ...], torch.dtype, torch.device]
+
+
+def _fingerprint(tensor: torch.Tensor) -> _Fingerprint:
+    return (tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype, tensor.device)
+
+
+def _describe_memory(fingerprint: _Fingerprint) -> str:
+    ptr, shape, stride, dtype, device = fingerprint
+    return (
+        f"{tuple(shape)} {str(dtype).removeprefix('torch.')} on {device}, "
+        f"strides {stride}, at {ptr:#x}"
+    )
+
+
 @final
-class TorchSnapshotPool:
+class TorchSnapshotPool(PoolBase):
     """A ``SnapshotPool`` over torch tensors holding the live SSM state, on any device.
 
     ``live_states`` are the engine's own state tensors (say a conv and an SSM
     state per layer, ``[B, ...]``, or layers stacked as ``[L, B, ...]`` with
     ``batch_dim=1``), all with ``num_sequences`` rows on ``batch_dim`` and on
-    one device. They must stay the same tensor objects, updated in place;
-    the pool copies into and out of them. Storage is allocated here, once.
+    one device. They must stay the same tensor objects over the same memory,
+    updated in place: the pool copies into and out of them, and a tensor
+    that was resized, re-pointed (``set_``, ``.data =``) or moved makes
+    ``save`` and ``restore`` raise ``InvalidArgumentError`` naming it, with
+    nothing copied. Storage is allocated here, once.
     """
 
     def __init__(
@@ -101,16 +123,23 @@ class TorchSnapshotPool:
         batch_dim = _batch_dim(batch_dim)
         slots = check_non_negative_int("slots_per_sequence", slots_per_sequence)
         rows = _check_live_states(live_states, batch_dim)
+        super().__init__(rows, slots)
         self._live: tuple[torch.Tensor, ...] = tuple(live_states)
+        self._memory = tuple(_fingerprint(t) for t in self._live)
         self._batch_dim = batch_dim
-        self._tags = SlotTags(rows, slots)
-        self._fail: Callable[[SsmSnapshotSave], bool] | None = None
         self._device = self._live[0].device
         self._pin = self._device.type == "cuda"
-        self._storage: tuple[torch.Tensor, ...] = tuple(
-            torch.empty(_storage_shape(t, batch_dim, slots), dtype=t.dtype, device=t.device)
-            for t in self._live
-        )
+        try:
+            self._storage: tuple[torch.Tensor, ...] = tuple(
+                torch.empty(_storage_shape(t, batch_dim, slots), dtype=t.dtype, device=t.device)
+                for t in self._live
+            )
+        except (RuntimeError, MemoryError) as error:  # torch.OutOfMemoryError is a RuntimeError
+            needed = slots * sum(t.numel() * t.element_size() for t in self._live)
+            raise InvalidArgumentError(
+                f"'slots_per_sequence' must leave snapshot storage that fits on {self._device}, "
+                f"got {slots} slots needing {needed} bytes: {error}"
+            ) from None
         # The copies run on views of live and storage as rows of the widest
         # integer that divides a row: bitwise the same, several times fewer
         # elements for the index kernels to move one by one.
@@ -167,19 +196,6 @@ class TorchSnapshotPool:
             f"batch_dim={self._batch_dim}, device={self._device}, nbytes={self.nbytes})"
         )
 
-    def stored_position(self, seq: int, slot: int) -> int | None:
-        """The position snapshot ``(seq, slot)`` holds, or ``None``."""
-        return self._tags.stored_position(seq, slot)
-
-    def fail_when(self, predicate: Callable[[SsmSnapshotSave], bool] | None) -> None:
-        """Fault injection: later saves for which ``predicate(save)`` holds fail (``None``: none).
-
-        A failed save copies nothing, its slot holds nothing afterwards, and
-        it is listed in ``SaveOutcome.failed``: the way to test a scheduler's
-        failure path on real tensors.
-        """
-        self._fail = predicate
-
     # -- copies ----------------------------------------------------------------
 
     def save(self, saves: Sequence[SsmSnapshotSave], /) -> SaveOutcome:
@@ -189,46 +205,45 @@ class TorchSnapshotPool:
         the slots of the whole batch are marked as holding nothing before the
         error propagates, so no restore can read a half-written snapshot.
         """
-        self._tags.check_saves(saves)
-        fail = self._fail
-        failed = () if fail is None else tuple(save for save in saves if fail(save))
-        failing = set(failed)
-        copied = [save for save in saves if save not in failing]
-        if copied:
-            ordered = sorted(copied, key=_by_seq)
-            rows = [s.seq for s in ordered]
-            slots, sources = self._indices([self._tags.index(s.seq, s.slot) for s in ordered], rows)
-            dim = self._batch_dim
-            try:
-                with torch.no_grad():
-                    for live, storage in self._pairs:
-                        storage.index_copy_(dim, slots, self._gather(live, rows, sources))
-            except BaseException:
-                # Some tensors may hold the new rows and some the old: the
-                # slots hold nothing usable, and no restore may read them.
-                self._tags.mark_failed(saves)
-                raise
-        self._tags.mark_saved(copied)
-        self._tags.mark_failed(failed)
-        return SaveOutcome(failed)
+        return SaveOutcome(self._save_batch(saves))
 
     def restore(self, restores: Sequence[SsmSnapshotRestore], /) -> None:
         """Copy each restore's snapshot back into its live row; stale restores copy nothing."""
-        self._tags.check_restores(restores)
-        if not restores:
-            return
-        ordered = sorted(restores, key=_by_seq)
-        rows = [r.seq for r in ordered]
-        targets, slots = self._indices(rows, [self._tags.index(r.seq, r.slot) for r in ordered])
+        self._restore_batch(restores)
+
+    def _check_owned(self) -> None:
+        for i, (tensor, memory) in enumerate(zip(self._live, self._memory, strict=True)):
+            now = _fingerprint(tensor)
+            if now != memory:
+                raise InvalidArgumentError(
+                    f"'live_states[{i}]' must still be the memory the pool was built over "
+                    f"({_describe_memory(memory)}), got {_describe_memory(now)}: it was "
+                    f"resized, re-pointed or moved; copying nothing, make a new pool"
+                )
+
+    def _copy_saves(self, saves: list[SsmSnapshotSave], flat: list[int]) -> None:
+        rows, slots, contiguous = _ascending_rows([s.seq for s in saves], flat)
+        slot_index, row_index = self._indices(slots, rows)
         dim = self._batch_dim
-        contiguous = _is_range(rows)
+        with torch.no_grad():
+            for live, storage in self._pairs:
+                if contiguous:  # the live rows as a view: no gather
+                    source = live.narrow(dim, rows[0], len(rows))
+                else:
+                    source = live.index_select(dim, row_index)
+                storage.index_copy_(dim, slot_index, source)
+
+    def _copy_restores(self, restores: list[SsmSnapshotRestore], flat: list[int]) -> None:
+        rows, slots, contiguous = _ascending_rows([r.seq for r in restores], flat)
+        row_index, slot_index = self._indices(rows, slots)
+        dim = self._batch_dim
         with torch.no_grad():
             for live, storage in self._pairs:
                 if contiguous:  # gather straight into the live rows: one pass, no temporary
                     out = live.narrow(dim, rows[0], len(rows))
-                    torch.index_select(storage, dim, slots, out=out)
+                    torch.index_select(storage, dim, slot_index, out=out)
                 else:
-                    live.index_copy_(dim, targets, storage.index_select(dim, slots))
+                    live.index_copy_(dim, row_index, storage.index_select(dim, slot_index))
 
     def _indices(
         self, destination: list[int], source: list[int]
@@ -242,12 +257,6 @@ class TorchSnapshotPool:
         device = host if self._device.type == "cpu" else host.to(self._device, non_blocking=True)
         return device[0], device[1]
 
-    def _gather(self, live: torch.Tensor, rows: list[int], index: torch.Tensor) -> torch.Tensor:
-        """Live rows ``rows`` (ascending): a view when they are a range, else one gather."""
-        if _is_range(rows):
-            return live.narrow(self._batch_dim, rows[0], len(rows))
-        return live.index_select(self._batch_dim, index)
-
 
 def _storage_shape(live: torch.Tensor, batch_dim: int, slots: int) -> tuple[int, ...]:
     shape = list(live.shape)
@@ -255,13 +264,18 @@ def _storage_shape(live: torch.Tensor, batch_dim: int, slots: int) -> tuple[int,
     return tuple(shape)
 
 
-def _by_seq(effect: SsmSnapshotSave | SsmSnapshotRestore) -> int:
-    return effect.seq
+def _ascending_rows(rows: list[int], flat: list[int]) -> tuple[list[int], list[int], bool]:
+    """``rows`` ascending with ``flat`` in the same order, and whether they are a range.
 
-
-def _is_range(rows: list[int]) -> bool:
-    """``rows`` (ascending, unique) are ``a, a+1, ..., b``."""
-    return rows[-1] - rows[0] + 1 == len(rows)
+    Sorted and tested here, together: a range test on rows in any other
+    order would copy into the wrong rows.
+    """
+    if any(a > b for a, b in itertools.pairwise(rows)):
+        order = sorted(range(len(rows)), key=rows.__getitem__)
+        rows, flat = [rows[k] for k in order], [flat[k] for k in order]
+    # Rows are unique (the batch check refuses a row twice), so ascending rows
+    # spanning exactly len(rows) values are a range.
+    return rows, flat, rows[-1] - rows[0] + 1 == len(rows)
 
 
 _ROW_DTYPES: Final = (torch.int64, torch.int32, torch.int16, torch.uint8)

@@ -177,6 +177,14 @@ class HybridCacheSnapshotPool:
         """The position snapshot ``(seq, slot)`` holds, or ``None``."""
         return self._pool.stored_position(seq, slot)
 
+    def stored_ticket(self, seq: int, slot: int) -> int | None:
+        """The ticket of the save snapshot ``(seq, slot)`` holds, or ``None``."""
+        return self._pool.stored_ticket(seq, slot)
+
+    def fail_when(self, predicate: Callable[[SsmSnapshotSave], bool] | None) -> None:
+        """Fault injection, as ``TorchSnapshotPool.fail_when``."""
+        self._pool.fail_when(predicate)
+
     def _check_unchanged(self) -> None:
         for ref in self._refs:
             current = ref.current()

@@ -12,16 +12,23 @@ from ssm_rollback._errors import InvalidArgumentError, StaleSnapshotError
 from ssm_rollback._ring import SsmDecodeRing
 from ssm_rollback.pool import SaveOutcome, SnapshotPool, apply_effects
 
-__all__ = ["SnapshotPoolConformance"]
+__all__ = ["PoolAdapter", "SnapshotPoolConformance"]
 
 P = TypeVar("P", bound=SnapshotPool)
 
-Save = SsmSnapshotSave
-Restore = SsmSnapshotRestore
+
+def Save(seq: int, slot: int, position: int, ticket: int | None = None) -> SsmSnapshotSave:
+    """A save whose ticket defaults to its position: distinct enough for a pool's own tests."""
+    return SsmSnapshotSave(seq, slot, position, position if ticket is None else ticket)
 
 
-class SnapshotPoolConformance(Generic[P]):
-    """Pytest test methods for a ``SnapshotPool``; subclass it as ``TestMyPool``.
+def Restore(seq: int, slot: int, position: int, ticket: int | None = None) -> SsmSnapshotRestore:
+    """A restore whose ticket defaults to its position, to match ``Save``."""
+    return SsmSnapshotRestore(seq, slot, position, position if ticket is None else ticket)
+
+
+class PoolAdapter(Generic[P]):
+    """How the conformance suite and the pool state machine build a pool and read a row.
 
     Implement ``make_pool``, ``set_live`` and ``get_live``: a row's live
     state is set to (and read back as) a small int marker, below 200 so that
@@ -30,9 +37,6 @@ class SnapshotPoolConformance(Generic[P]):
     backend can be made to fail saves; the failure tests are skipped
     otherwise.
     """
-
-    num_sequences: ClassVar[int] = 6
-    slots_per_sequence: ClassVar[int] = 3
 
     def make_pool(self, num_sequences: int, slots_per_sequence: int) -> P:
         """A fresh pool with every row's live state set to some marker."""
@@ -50,6 +54,18 @@ class SnapshotPoolConformance(Generic[P]):
         """Make saves for which ``predicate`` holds fail; return False if the backend can't."""
         return False
 
+
+class SnapshotPoolConformance(PoolAdapter[P]):
+    """Pytest test methods for a ``SnapshotPool``; subclass it as ``TestMyPool``.
+
+    It is a ``PoolAdapter``: implement the adapter's methods on the subclass,
+    and ``SnapshotPoolMachine.for_adapter(TestMyPool())`` runs the state
+    machine over the same pools.
+    """
+
+    num_sequences: ClassVar[int] = 6
+    slots_per_sequence: ClassVar[int] = 3
+
     # -- helpers -----------------------------------------------------------
 
     def _pool(self) -> P:
@@ -61,12 +77,16 @@ class SnapshotPoolConformance(Generic[P]):
     def _live(self, pool: P) -> list[int]:
         return [self.get_live(pool, seq) for seq in range(pool.num_sequences)]
 
-    def _tags(self, pool: P) -> list[int | None]:
-        return [
-            pool.stored_position(seq, slot)
-            for seq in range(pool.num_sequences)
-            for slot in range(pool.slots_per_sequence)
-        ]
+    def _tags(self, pool: P) -> list[tuple[int, int] | None]:
+        """What each slot holds, ``(position, ticket)`` or ``None``, checking the two agree."""
+        tags: list[tuple[int, int] | None] = []
+        for seq in range(pool.num_sequences):
+            for slot in range(pool.slots_per_sequence):
+                position = pool.stored_position(seq, slot)
+                ticket = pool.stored_ticket(seq, slot)
+                assert (position is None) == (ticket is None), (seq, slot, position, ticket)
+                tags.append(None if position is None or ticket is None else (position, ticket))
+        return tags
 
     def _failing(self, pool: P, predicate: Callable[[SsmSnapshotSave], bool]) -> None:
         if not self.fail_saves(pool, predicate):
@@ -102,7 +122,7 @@ class SnapshotPoolConformance(Generic[P]):
         pool = self._pool()
         pool.save([Save(2, 0, 4)])
         assert self._live(pool) == [1 + seq for seq in range(self.num_sequences)]
-        assert [t for t in self._tags(pool) if t is not None] == [4]
+        assert [t for t in self._tags(pool) if t is not None] == [(4, 4)]
         assert pool.stored_position(2, 0) == 4
 
     def test_restore_touches_only_the_rows_it_names(self) -> None:
@@ -126,6 +146,59 @@ class SnapshotPoolConformance(Generic[P]):
         assert self._live(pool) == [1, 151, 152, 153, 5, 6]
         assert pool.stored_position(1, 0) == 11
 
+    def test_shuffled_neighbouring_rows_restore_into_their_own_rows(self) -> None:
+        pool = self._pool()
+        order = [0, 2, 1, 3]  # a range of rows, out of order
+        assert pool.save([Save(seq, 1, 20 + seq) for seq in order]).ok
+        for seq in range(self.num_sequences):
+            self.set_live(pool, seq, 120 + seq)
+        pool.restore([Restore(seq, 1, 20 + seq) for seq in order])
+        assert self._live(pool) == [1, 2, 3, 4, 124, 125]
+
+    def test_same_position_under_another_ticket_is_stale(self) -> None:
+        # A branch re-recorded after a rollback, or a reused row, reaches the
+        # same position with a new ticket: the old snapshot must not serve it.
+        pool = self._pool()
+        pool.save([Save(1, 0, 5, ticket=900)])
+        assert (pool.stored_position(1, 0), pool.stored_ticket(1, 0)) == (5, 900)
+        self.set_live(pool, 1, 60)
+        with pytest.raises(StaleSnapshotError, match="ticket 900, not position 5 ticket 901"):
+            pool.restore([Restore(1, 0, 5, ticket=901)])
+        with pytest.raises(StaleSnapshotError, match="not position 4 ticket 900"):
+            pool.restore([Restore(1, 0, 4, ticket=900)])
+        assert self.get_live(pool, 1) == 60
+        pool.restore([Restore(1, 0, 5, ticket=900)])
+        assert self.get_live(pool, 1) == 2
+
+    def test_stored_ticket_is_the_last_successful_save(self) -> None:
+        pool = self._pool()
+        assert pool.stored_ticket(0, 0) is None
+        pool.save([Save(0, 0, 3, ticket=11)])
+        pool.save([Save(0, 0, 4, ticket=12)])
+        assert (pool.stored_position(0, 0), pool.stored_ticket(0, 0)) == (4, 12)
+        with pytest.raises(InvalidArgumentError, match="'seq'"):
+            pool.stored_ticket(self.num_sequences, 0)
+        with pytest.raises(InvalidArgumentError, match="'slot'"):
+            pool.stored_ticket(0, self.slots_per_sequence)
+
+    def test_a_raising_fault_predicate_changes_nothing(self) -> None:
+        pool = self._pool()
+        pool.save([Save(0, 0, 1)])
+
+        def boom(save: SsmSnapshotSave) -> bool:
+            if save.seq == 2:
+                raise RuntimeError("predicate failed")
+            return False
+
+        self._failing(pool, boom)
+        tags, live = self._tags(pool), self._live(pool)
+        with pytest.raises(RuntimeError, match="predicate failed"):
+            pool.save([Save(0, 0, 5), Save(2, 0, 5)])
+        assert (self._tags(pool), self._live(pool)) == (tags, live)
+        self.set_live(pool, 0, 80)
+        pool.restore([Restore(0, 0, 1)])
+        assert self.get_live(pool, 0) == 1
+
     def test_repeated_saves_to_one_slot_keep_the_latest(self) -> None:
         pool = self._pool()
         pool.save([Save(1, 0, 3)])
@@ -133,7 +206,7 @@ class SnapshotPoolConformance(Generic[P]):
         pool.save([Save(1, 0, 5)])
         assert pool.stored_position(1, 0) == 5
         self.set_live(pool, 1, 0)
-        with pytest.raises(StaleSnapshotError, match="holds position 5, not position 3"):
+        with pytest.raises(StaleSnapshotError, match="holds position 5 ticket 5, not position 3"):
             pool.restore([Restore(1, 0, 3)])
         assert self.get_live(pool, 1) == 0
         pool.restore([Restore(1, 0, 5)])
@@ -147,7 +220,7 @@ class SnapshotPoolConformance(Generic[P]):
         before = self._live(pool)
         with pytest.raises(StaleSnapshotError, match=r"\(seq 1, slot 1\) holds nothing"):
             pool.restore([Restore(0, 0, 2), Restore(1, 1, 2)])
-        with pytest.raises(StaleSnapshotError, match="holds position 2, not position 3"):
+        with pytest.raises(StaleSnapshotError, match="holds position 2 ticket 2, not position 3"):
             pool.restore([Restore(0, 0, 2), Restore(1, 0, 3)])
         assert self._live(pool) == before
 
@@ -161,7 +234,7 @@ class SnapshotPoolConformance(Generic[P]):
         ],
         ids=["seq out of range", "slot out of range", "row twice", "wrong effect kind"],
     )
-    def test_bad_save_batches_raise_and_change_nothing(self, bad: list[Save]) -> None:
+    def test_bad_save_batches_raise_and_change_nothing(self, bad: list[SsmSnapshotSave]) -> None:
         pool = self._pool()
         pool.save([Save(0, 0, 1)])
         tags, live = self._tags(pool), self._live(pool)
@@ -179,7 +252,9 @@ class SnapshotPoolConformance(Generic[P]):
         ],
         ids=["seq out of range", "slot out of range", "row twice", "wrong effect kind"],
     )
-    def test_bad_restore_batches_raise_and_change_nothing(self, bad: list[Restore]) -> None:
+    def test_bad_restore_batches_raise_and_change_nothing(
+        self, bad: list[SsmSnapshotRestore]
+    ) -> None:
         pool = self._pool()
         pool.save([Save(0, 0, 1)])
         self.set_live(pool, 0, 99)
@@ -227,8 +302,10 @@ class SnapshotPoolConformance(Generic[P]):
         effects = []
         for seq, ring in enumerate(rings):
             slot = ring.record(8)
+            entry = ring.entry_for(8)
             assert slot is not None
-            effects.append(Save(seq, slot, 8))
+            assert entry is not None
+            effects.append(SsmSnapshotSave(seq, slot, 8, entry.ticket))
         outcome = apply_effects(pool, effects, rings)
         assert {save.seq for save in outcome.failed} == {1, 3, 5}
         for seq, ring in enumerate(rings):

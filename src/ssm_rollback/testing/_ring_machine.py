@@ -31,7 +31,7 @@ def _observe(ring: SsmDecodeRing) -> _Observed:
 
 
 def _observe_reference(ref: ReferenceRing) -> _Observed:
-    entries = tuple(SsmRingEntry(p, s) for p, s in ref.entries)
+    entries = tuple(SsmRingEntry(p, s, t) for p, s, t in ref.entries)
     return entries, ref.next_slot, len(ref.entries), ref.snapshot_positions()
 
 
@@ -56,6 +56,7 @@ class SsmDecodeRingMachine(RuleBasedStateMachine):
         super().__init__()
         self.ring = SsmDecodeRing(0)
         self.ref = ReferenceRing(0)
+        self.last_ticket = 0
 
     @initialize(capacity=st.integers(0, 6) | st.sampled_from([16, 256, 2**40]))
     def start(self, capacity: int) -> None:
@@ -78,7 +79,7 @@ class SsmDecodeRingMachine(RuleBasedStateMachine):
         assert _observe(self.ring) == before, "a call that raised changed the ring"
 
     def _positions(self) -> st.SearchStrategy[int]:
-        live = [p for p, _ in self.ref.entries]
+        live = [p for p, _, _ in self.ref.entries]
         near = [q for p in live for q in (p - 1, p, p + 1) if q >= 0]
         anywhere = st.integers(0, self._newest() + 3)
         return st.sampled_from(near) | anywhere if near else anywhere
@@ -88,7 +89,18 @@ class SsmDecodeRingMachine(RuleBasedStateMachine):
     @rule(step=st.integers(1, 4))
     def record_next(self, step: int) -> None:
         position = self._newest() + step
-        assert self.ring.record(position) == self.ref.record(position)
+        slot = self.ring.record(position)
+        entry = self.ring.entry_for(position)
+        if slot is None:
+            assert entry is None
+            assert self.ref.record(position) is None
+            return
+        assert entry is not None
+        assert entry.snapshot_slot == slot
+        # Rule 10: a ticket no record had before, in this machine or anywhere.
+        assert entry.ticket > self.last_ticket
+        self.last_ticket = entry.ticket
+        assert slot == self.ref.record(position, entry.ticket)
 
     @precondition(lambda self: bool(self.ref.entries))
     @rule(data=st.data())
@@ -105,12 +117,12 @@ class SsmDecodeRingMachine(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.ref.entries))
     @rule(data=st.data())
     def discard_failed_save(self, data: st.DataObject) -> None:
-        position = data.draw(st.sampled_from([p for p, _ in self.ref.entries]), label="position")
+        position = data.draw(st.sampled_from([p for p, _, _ in self.ref.entries]), label="position")
         assert self.ring.discard(position) == self.ref.discard(position)
 
     @rule(data=st.data())
     def discard_unknown(self, data: st.DataObject) -> None:
-        live = {p for p, _ in self.ref.entries}
+        live = {p for p, _, _ in self.ref.entries}
         position = data.draw(self._positions().filter(lambda p: p not in live), label="position")
         self._expect_unchanged(lambda: self.ring.discard(position), UnknownSnapshotError)
 
@@ -123,9 +135,14 @@ class SsmDecodeRingMachine(RuleBasedStateMachine):
     def lookup(self, data: st.DataObject) -> None:
         keep_len = data.draw(self._positions(), label="keep_len")
         assert self.ring.slot_for_position(keep_len) == self.ref.slot_for_position(keep_len)
+        entry = self.ring.entry_for(keep_len)
+        ticket = self.ref.ticket_for_position(keep_len)
+        assert (entry and entry.ticket) == ticket
 
     @rule(
-        method=st.sampled_from(["record", "slot_for_position", "truncate_after", "discard"]),
+        method=st.sampled_from(
+            ["record", "slot_for_position", "entry_for", "truncate_after", "discard"]
+        ),
         bad=st.sampled_from(INVALID_INDICES),
     )
     def misuse(self, method: str, bad: object) -> None:

@@ -1,0 +1,135 @@
+"""A hypothesis state machine that checks a ``SnapshotPool`` against a plain dict of slots."""
+
+from __future__ import annotations
+
+import itertools
+from typing import ClassVar, TypeVar, cast
+
+import pytest
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from ssm_rollback._effects import SsmSnapshotRestore, SsmSnapshotSave
+from ssm_rollback._errors import StaleSnapshotError
+from ssm_rollback.pool import SnapshotPool
+
+from ._pool_conformance import PoolAdapter
+
+__all__ = ["SnapshotPoolMachine"]
+
+P = TypeVar("P", bound=SnapshotPool)
+
+#: (position, ticket, marker of the live state it copied)
+_Held = tuple[int, int, int]
+
+
+class SnapshotPoolMachine(RuleBasedStateMachine):
+    """Random batches of decodes, saves (some failing) and restores (some stale) on one pool.
+
+    The model is a dict ``(seq, slot) -> (position, ticket, marker)``; after
+    every step each row's live marker and each slot's position and ticket
+    must agree with it. Restores are drawn valid, or stale in every way a
+    scheduler gets wrong: another position, the same position under another
+    ticket, a slot that holds nothing. A stale batch must raise
+    ``StaleSnapshotError`` and copy nothing.
+
+    Build the test case from the adapter your conformance suite already is::
+
+        TestMyPoolMachine = SnapshotPoolMachine.for_adapter(TestMyPool()).TestCase
+    """
+
+    adapter: ClassVar[PoolAdapter[SnapshotPool]]
+    num_sequences: ClassVar[int] = 5
+    slots_per_sequence: ClassVar[int] = 3
+
+    @classmethod
+    def for_adapter(cls, adapter: PoolAdapter[P]) -> type[SnapshotPoolMachine]:
+        """A machine class over the pools ``adapter`` builds."""
+        name = f"{type(adapter).__name__}Machine"
+        # The machine only hands the adapter pools the adapter itself built.
+        return type(name, (cls,), {"adapter": cast(PoolAdapter[SnapshotPool], adapter)})
+
+    def __init__(self) -> None:
+        super().__init__()
+        rows, slots = self.num_sequences, self.slots_per_sequence
+        self.pool = self.adapter.make_pool(rows, slots)
+        self.can_fail = self.adapter.fail_saves(self.pool, lambda save: False)
+        self.live = dict.fromkeys(range(rows), 0)
+        self.stored: dict[tuple[int, int], _Held] = {}
+        self.marker = 0
+        self.tickets = itertools.count(1)
+        for seq in range(rows):
+            self.adapter.set_live(self.pool, seq, 0)
+
+    def _rows(self) -> st.SearchStrategy[list[int]]:
+        return st.lists(
+            st.integers(0, self.num_sequences - 1), max_size=self.num_sequences, unique=True
+        )
+
+    @rule(data=st.data())
+    def decode(self, data: st.DataObject) -> None:
+        for seq in data.draw(self._rows(), label="rows"):
+            self.marker = self.marker % 199 + 1  # markers below 200: exact in every dtype
+            self.live[seq] = self.marker
+            self.adapter.set_live(self.pool, seq, self.marker)
+
+    @rule(data=st.data())
+    def save(self, data: st.DataObject) -> None:
+        slots = st.integers(0, self.slots_per_sequence - 1)
+        saves = [
+            SsmSnapshotSave(seq, data.draw(slots), data.draw(st.integers(0, 9)), next(self.tickets))
+            for seq in data.draw(self._rows(), label="rows")
+        ]
+        failing = set()
+        if self.can_fail:
+            failing = {s for s in saves if data.draw(st.booleans(), label=f"fail {s}")}
+            self.adapter.fail_saves(self.pool, lambda save: save in failing)
+        outcome = self.pool.save(saves)
+        assert set(outcome.failed) == failing
+        for s in saves:
+            if s in failing:
+                self.stored.pop((s.seq, s.slot), None)
+            else:
+                self.stored[s.seq, s.slot] = (s.token_position, s.ticket, self.live[s.seq])
+
+    @rule(data=st.data())
+    def restore(self, data: st.DataObject) -> None:
+        restores = [self._draw_restore(seq, data) for seq in data.draw(self._rows(), label="rows")]
+        stale = [r for r in restores if self._held_by(r) is None]
+        if stale:
+            with pytest.raises(StaleSnapshotError):
+                self.pool.restore(restores)
+            return
+        self.pool.restore(restores)
+        for r in restores:
+            self.live[r.seq] = self.stored[r.seq, r.slot][2]
+
+    def _draw_restore(self, seq: int, data: st.DataObject) -> SsmSnapshotRestore:
+        held = sorted((slot, h) for (s, slot), h in self.stored.items() if s == seq)
+        how = data.draw(st.sampled_from(["valid", "other ticket", "other position", "any"]))
+        if held and how != "any":
+            slot, (position, ticket, _) = data.draw(st.sampled_from(held))
+            if how == "other ticket":
+                ticket += data.draw(st.sampled_from([-1, 1]))
+            elif how == "other position":
+                position += 1
+            return SsmSnapshotRestore(seq, slot, position, max(ticket, 0))
+        slot = data.draw(st.integers(0, self.slots_per_sequence - 1))
+        return SsmSnapshotRestore(
+            seq, slot, data.draw(st.integers(0, 9)), data.draw(st.integers(0, 9))
+        )
+
+    def _held_by(self, restore: SsmSnapshotRestore) -> _Held | None:
+        held = self.stored.get((restore.seq, restore.slot))
+        if held is None or held[:2] != (restore.token_position, restore.ticket):
+            return None
+        return held
+
+    @invariant()
+    def agrees(self) -> None:
+        for seq in range(self.num_sequences):
+            assert self.adapter.get_live(self.pool, seq) == self.live[seq], f"row {seq}"
+            for slot in range(self.slots_per_sequence):
+                held = self.stored.get((seq, slot))
+                tag = (self.pool.stored_position(seq, slot), self.pool.stored_ticket(seq, slot))
+                assert tag == ((None, None) if held is None else held[:2]), (seq, slot)
