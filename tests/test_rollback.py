@@ -283,3 +283,40 @@ def test_rollback_matches_a_brute_force_search(
         assert len(result.effects) == (1 if hybrid else 0)
     else:
         assert isinstance(result, RollbackDeclined)
+
+
+# -- foreign arguments ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ring", [None, [], object()], ids=["None", "list", "object"])
+def test_a_ring_that_is_not_a_ring_is_a_library_error(ring: object) -> None:
+    with pytest.raises(InvalidArgumentError, match="'ring' must be an SsmDecodeRing"):
+        snapshot_boundary_if_ssm(
+            ring,  # type: ignore[arg-type]
+            seq=0,
+            token_position=1,
+            is_boundary=True,
+            in_thinking=False,
+        )
+    with pytest.raises(InvalidArgumentError, match="'ring' must be an SsmDecodeRing"):
+        rollback_to_boundary(ring, [1], seq=0, current_len=2)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="'ring' must be an SsmDecodeRing"):
+        find_last_boundary_with_snapshot(ring, [1])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("boundaries", "name"),
+    [
+        ([1, "3", 5], r"boundaries\[1\]"),
+        ([None, 2], r"boundaries\[0\]"),
+        ([2, b"x"], r"boundaries\[1\]"),
+    ],
+)
+def test_a_boundary_bisect_cannot_compare_is_named(boundaries: list[object], name: str) -> None:
+    ring = ring_with(4, 2)
+    before = ring.entries
+    with pytest.raises(InvalidArgumentError, match=name):
+        rollback_to_boundary(ring, boundaries, seq=0, current_len=9)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match=name):
+        find_last_boundary_with_snapshot(ring, boundaries)  # type: ignore[arg-type]
+    assert ring.entries == before
