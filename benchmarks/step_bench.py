@@ -1,14 +1,23 @@
-"""The pure-Python bookkeeping of one decode step for 1,024 sequences, per sequence.
+"""The pure-Python bookkeeping of one decode step for 1,024 rows, per row: per-row and batched.
 
-    python benchmarks/step_bench.py            # the full run (about half a minute)
+    python benchmarks/step_bench.py            # the full run (about a minute)
     python benchmarks/step_bench.py --smoke    # a quick pass that only checks it runs
 
-Per step and sequence, the library's path commits the token, asks
-``snapshot_boundary_if_ssm`` whether to snapshot, and then hands the step's
-saves to ``apply_effects`` on the fake pool (one batched call). The bare loop
-iterates the same sequences and only commits the token. Both run in the same
-process, interleaved, and the medians are compared, so the overhead is a
-ratio that holds on a busy machine; the microseconds are context.
+Every path first does the scheduler's own per-row work (commit the token:
+the bare loop, timed alone as the reference), then the library's
+bookkeeping for the step:
+
+- ``per-row``: ``snapshot_boundary_if_ssm`` for every row;
+- ``batched, lists``: one ``snapshot_boundaries`` call over Python lists;
+- ``batched, numpy``: the same over numpy arrays (the scheduler keeps its
+  step columns as arrays; the library reads them through ``tolist()``).
+
+Each is measured without and with handing the step's saves to
+``apply_effects`` on a pool whose copies cost nothing (so the pool's own
+per-row copying, which a real pool does in one batched tensor op, is not
+counted). All paths run in one process, interleaved, and the medians are
+compared; the microseconds per row are the library's cost (path minus bare
+loop), the ratios hold on a busy machine.
 """
 
 from __future__ import annotations
@@ -18,12 +27,41 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Callable, Sequence
 
-from ssm_rollback import SsmDecodeRing, SsmSnapshotSave, apply_effects, snapshot_boundary_if_ssm
-from ssm_rollback.backends.fake import FakeSnapshotPool
+import numpy as np
 
-SEQUENCES = 1_024
+from ssm_rollback import (
+    SaveBatch,
+    SaveOutcome,
+    SsmDecodeRing,
+    SsmSnapshotRestore,
+    SsmSnapshotSave,
+    apply_effects,
+    snapshot_boundaries,
+    snapshot_boundary_if_ssm,
+)
+from ssm_rollback._slots import PoolBase
+
+ROWS = 1_024
 SLOTS = 8
+PATTERNS = 64
+
+
+class NullCopyPool(PoolBase):
+    """A pool that runs every check and tag of a real one but copies nothing."""
+
+    def save(self, saves: Sequence[SsmSnapshotSave] | SaveBatch, /) -> SaveOutcome:
+        return SaveOutcome(self._save_batch(saves))
+
+    def restore(self, restores: Sequence[SsmSnapshotRestore], /) -> None:
+        self._restore_batch(restores)
+
+    def _copy_saves(self, rows: list[int], flat: list[int]) -> None:
+        pass
+
+    def _copy_restores(self, rows: list[int], flat: list[int]) -> None:
+        pass
 
 
 class Batch:
@@ -31,28 +69,38 @@ class Batch:
 
     def __init__(self, boundary_rate: float, seed: int = 0) -> None:
         rng = random.Random(seed)
-        self.tokens: list[list[int]] = [[] for _ in range(SEQUENCES)]
-        self.rings = [SsmDecodeRing(SLOTS) for _ in range(SEQUENCES)]
-        self.pool = FakeSnapshotPool(SEQUENCES, SLOTS)
-        # A fixed pattern of boundaries per step, drawn once, so both loops see the same.
-        self.pattern = [[rng.random() < boundary_rate for _ in range(SEQUENCES)] for _ in range(64)]
+        self.tokens: list[list[int]] = [[] for _ in range(ROWS)]
+        self.rings = [SsmDecodeRing(SLOTS) for _ in range(ROWS)]
+        self.pool = NullCopyPool(ROWS, SLOTS)
+        # Fixed boundary patterns, drawn once, so every path sees the same.
+        self.patterns = [
+            [rng.random() < boundary_rate for _ in range(ROWS)] for _ in range(PATTERNS)
+        ]
+        self.np_patterns = [np.array(p, dtype=bool) for p in self.patterns]
+        self.thinking = [False] * ROWS
+        self.np_thinking = np.zeros(ROWS, dtype=bool)
+        self.positions = [0] * ROWS
+        self.np_positions = np.zeros(ROWS, dtype=np.int64)
         self.steps = 0
 
 
-def bare_step(batch: Batch) -> None:
-    pattern = batch.pattern[batch.steps % 64]
+def commit_tokens(batch: Batch) -> list[bool]:
+    """The scheduler's own work: append each row's token (and read its boundary flag)."""
+    pattern = batch.patterns[batch.steps % PATTERNS]
     for seq, tokens in enumerate(batch.tokens):
         tokens.append(seq)
-        _ = pattern[seq]
     batch.steps += 1
+    return pattern
 
 
-def library_step(batch: Batch) -> None:
-    pattern = batch.pattern[batch.steps % 64]
-    rings = batch.rings
-    effects: list[SsmSnapshotSave] = []
+def bare(batch: Batch, apply: bool) -> None:
+    commit_tokens(batch)
+
+
+def per_row(batch: Batch, apply: bool) -> None:
+    pattern = commit_tokens(batch)
+    rings, saves = batch.rings, []
     for seq, tokens in enumerate(batch.tokens):
-        tokens.append(seq)
         save = snapshot_boundary_if_ssm(
             rings[seq],
             seq=seq,
@@ -61,38 +109,78 @@ def library_step(batch: Batch) -> None:
             in_thinking=False,
         )
         if save is not None:
-            effects.append(save)
-    apply_effects(batch.pool, effects, rings)
-    batch.steps += 1
+            saves.append(save)
+    if apply:
+        apply_effects(batch.pool, saves, rings)
 
 
-def time_steps(step: object, batch: Batch, steps: int) -> float:
-    """Microseconds per sequence per step."""
-    assert callable(step)
+def batched_lists(batch: Batch, apply: bool) -> None:
+    pattern = commit_tokens(batch)
+    batch.positions = [p + 1 for p in batch.positions]  # the scheduler's position column
+    saves = snapshot_boundaries(
+        batch.rings, positions=batch.positions, is_boundary=pattern, in_thinking=batch.thinking
+    )
+    if apply:
+        apply_effects(batch.pool, [saves], batch.rings)
+
+
+def batched_numpy(batch: Batch, apply: bool) -> None:
+    commit_tokens(batch)
+    batch.np_positions += 1
+    saves = snapshot_boundaries(
+        batch.rings,
+        positions=batch.np_positions,
+        is_boundary=batch.np_patterns[(batch.steps - 1) % PATTERNS],
+        in_thinking=batch.np_thinking,
+    )
+    if apply:
+        apply_effects(batch.pool, [saves], batch.rings)
+
+
+PATHS: dict[str, Callable[[Batch, bool], None]] = {
+    "per-row": per_row,
+    "batched, lists": batched_lists,
+    "batched, numpy": batched_numpy,
+}
+
+
+def time_steps(step: Callable[[Batch, bool], None], batch: Batch, steps: int, apply: bool) -> float:
+    """Microseconds per row per step."""
     start = time.perf_counter_ns()
     for _ in range(steps):
-        step(batch)
-    return (time.perf_counter_ns() - start) / 1_000 / (steps * SEQUENCES)
+        step(batch, apply)
+    return (time.perf_counter_ns() - start) / 1_000 / (steps * ROWS)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="tiny run, only checks it works")
-    parser.add_argument("--steps", type=int, default=40, help="steps per timing")
+    parser.add_argument("--steps", type=int, default=20, help="steps per timing")
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (median)")
     args = parser.parse_args(argv)
     steps, rounds = (2, 1) if args.smoke else (args.steps, args.rounds)
 
-    print(f"{SEQUENCES} sequences, ring capacity {SLOTS}, fake pool; us per sequence per step")
-    print(f"{'boundary rate':>13} {'bare loop':>10} {'library':>10} {'overhead':>9}")
-    for rate in (0.0, 0.1, 0.5, 1.0):
-        bare_batch, library_batch = Batch(rate), Batch(rate)
-        bare, library = [], []
+    print(f"{ROWS} rows, ring capacity {SLOTS}; library cost in us per row per step")
+    print("(path minus the bare loop; medians of interleaved rounds)")
+    header = f"{'boundaries':>10} {'bare loop':>9}"
+    for name in PATHS:
+        header += f" {name:>15} {'+ apply':>8}"
+    print(header)
+    for rate in (0.0, 0.1, 1.0):
+        batches = {
+            (name, apply): Batch(rate) for name in ["bare", *PATHS] for apply in (False, True)
+        }
+        times: dict[tuple[str, bool], list[float]] = {key: [] for key in batches}
         for _ in range(rounds):
-            bare.append(time_steps(bare_step, bare_batch, steps))
-            library.append(time_steps(library_step, library_batch, steps))
-        b, lib = statistics.median(bare), statistics.median(library)
-        print(f"{rate:>13.1f} {b:>10.3f} {lib:>10.3f} {lib / b:>8.1f}x")
+            for (name, apply), batch in batches.items():
+                step = bare if name == "bare" else PATHS[name]
+                times[name, apply].append(time_steps(step, batch, steps, apply))
+        median = {key: statistics.median(values) for key, values in times.items()}
+        base = median["bare", False]
+        line = f"{rate:>10.0%} {base:>9.3f}"
+        for name in PATHS:
+            line += f" {median[name, False] - base:>15.3f} {median[name, True] - base:>8.3f}"
+        print(line)
     return 0
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-from ._effects import Effect, SsmSnapshotRestore, SsmSnapshotSave, effect_from_dict
+from ._batched import snapshot_boundaries
+from ._effects import Effect, SaveBatch, SsmSnapshotRestore, SsmSnapshotSave, effect_from_dict
 from ._errors import (
     InvalidArgumentError,
     InvariantError,
@@ -40,6 +41,7 @@ __all__ = [
     "OutOfOrderError",
     "RollbackDeclined",
     "RollbackPlan",
+    "SaveBatch",
     "SaveOutcome",
     "SlotTags",
     "SnapshotPool",
@@ -54,5 +56,6 @@ __all__ = [
     "effect_from_dict",
     "find_last_boundary_with_snapshot",
     "rollback_to_boundary",
+    "snapshot_boundaries",
     "snapshot_boundary_if_ssm",
 ]

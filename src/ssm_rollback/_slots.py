@@ -16,7 +16,7 @@ from typing import cast, final
 
 import attrs
 
-from ._effects import SsmSnapshotRestore, SsmSnapshotSave
+from ._effects import SaveBatch, SsmSnapshotRestore, SsmSnapshotSave
 from ._errors import (
     InvalidArgumentError,
     InvalidArgumentTypeError,
@@ -45,8 +45,8 @@ class SlotTags:
 
     A backend calls ``check_saves`` / ``check_restores`` before it copies
     anything (they raise, changing nothing, on bad or stale input, and return
-    the batch's flat indices), then ``commit`` once it knows which saves
-    happened.
+    the batch's rows and flat indices), then ``commit`` once it knows which
+    saves happened.
     """
 
     _num_sequences: int = attrs.field(converter=_num_sequences_arg)
@@ -97,12 +97,35 @@ class SlotTags:
         """The ticket of the save ``(seq, slot)`` holds, or ``None``; out-of-range ids raise."""
         return self._tickets[self.index(seq, slot)]
 
-    def check_saves(self, saves: Sequence[SsmSnapshotSave]) -> list[int]:
-        """The flat index of each save; raise ``InvalidArgumentError`` on a bad batch."""
-        return self._check_batch("saves", saves, SsmSnapshotSave)
+    def check_saves(
+        self, saves: Sequence[SsmSnapshotSave] | SaveBatch
+    ) -> tuple[list[int], list[int], list[int], list[int]]:
+        """The batch's rows, flat indices, positions and tickets; a bad batch raises.
 
-    def check_restores(self, restores: Sequence[SsmSnapshotRestore]) -> list[int]:
-        """The flat index of each restore; raise unless each slot holds its exact ticket."""
+        A ``SaveBatch`` is checked column by column at C speed (its values are
+        ints >= 0 already); a sequence of saves element by element.
+        """
+        if type(saves) is SaveBatch:
+            seqs, slots = list(saves.seqs), list(saves.slots)
+            if seqs and (
+                max(seqs) >= self._num_sequences
+                or max(slots) >= self._slots_per_sequence
+                or len(set(seqs)) != len(seqs)
+            ):
+                self._check_batch("saves", saves, SsmSnapshotSave)  # names the bad element
+            per_row = self._slots_per_sequence
+            flat = [seq * per_row + slot for seq, slot in zip(seqs, slots, strict=True)]
+            return seqs, flat, list(saves.positions), list(saves.tickets)
+        flat = self._check_batch("saves", saves, SsmSnapshotSave)
+        return (
+            [s.seq for s in saves],
+            flat,
+            [s.token_position for s in saves],
+            [s.ticket for s in saves],
+        )
+
+    def check_restores(self, restores: Sequence[SsmSnapshotRestore]) -> tuple[list[int], list[int]]:
+        """The batch's rows and flat indices; raise unless each slot holds its exact ticket."""
         flat = self._check_batch("restores", restores, SsmSnapshotRestore)
         positions, tickets = self._positions, self._tickets
         stale = [
@@ -120,22 +143,26 @@ class SlotTags:
             raise StaleSnapshotError(
                 f"refusing a batch of {len(restores)} restores, copying nothing: {described}{more}"
             )
-        return flat
+        return [r.seq for r in restores], flat
 
     def commit(
-        self, saves: Sequence[SsmSnapshotSave], flat: Sequence[int], failed: Sequence[int] = ()
+        self,
+        flat: Sequence[int],
+        positions: Sequence[int],
+        tickets: Sequence[int],
+        failed: Sequence[int] = (),
     ) -> None:
-        """Tag every save's slot with its position and ticket, except ``failed`` (batch indices).
+        """Tag slot ``flat[k]`` with ``positions[k]`` and ``tickets[k]``, except the ``failed`` k.
 
         A failed save's slot holds nothing afterwards: it may be half written.
         """
-        positions, tickets = self._positions, self._tickets
-        for save, i in zip(saves, flat, strict=True):
-            positions[i] = save.token_position
-            tickets[i] = save.ticket
+        held_positions, held_tickets = self._positions, self._tickets
+        for i, position, ticket in zip(flat, positions, tickets, strict=True):
+            held_positions[i] = position
+            held_tickets[i] = ticket
         for k in failed:
             i = flat[k]
-            positions[i] = tickets[i] = None
+            held_positions[i] = held_tickets[i] = None
 
     def forget(self, flat: Sequence[int]) -> None:
         """Mark the slots at ``flat`` as holding nothing (a copy that raised half way)."""
@@ -156,10 +183,10 @@ class SlotTags:
     def _check_batch(
         self,
         name: str,
-        batch: Sequence[SsmSnapshotSave] | Sequence[SsmSnapshotRestore],
+        batch: Sequence[SsmSnapshotSave] | Sequence[SsmSnapshotRestore] | SaveBatch,
         kind: type[SsmSnapshotSave] | type[SsmSnapshotRestore],
     ) -> list[int]:
-        if not isinstance(batch, Sequence):
+        if not isinstance(batch, Sequence | SaveBatch):
             raise InvalidArgumentTypeError(
                 f"'{name}' must be a sequence of {kind.__name__}, got {type(batch).__name__}"
             )
@@ -167,7 +194,7 @@ class SlotTags:
         flat: list[int] = []
         num_sequences, slots = self._num_sequences, self._slots_per_sequence
         for i, effect in enumerate(batch):
-            if type(effect) is not kind:
+            if type(effect) is not kind:  # a SaveBatch yields SsmSnapshotSave
                 raise InvalidArgumentTypeError(
                     f"'{name}[{i}]' must be a {kind.__name__}, got {effect!r}"
                 )
@@ -243,45 +270,48 @@ class PoolBase:
         """
         self._fail = check_fail_predicate(predicate)
 
-    def _save_batch(self, saves: Sequence[SsmSnapshotSave]) -> tuple[SsmSnapshotSave, ...]:
+    def _save_batch(
+        self, saves: Sequence[SsmSnapshotSave] | SaveBatch
+    ) -> tuple[SsmSnapshotSave, ...]:
         """Run the save steps; return the saves that failed."""
         self._check_owned()
-        flat = self._tags.check_saves(saves)
+        rows, flat, positions, tickets = self._tags.check_saves(saves)
         fail = self._fail
-        failed = [] if fail is None else [k for k, save in enumerate(saves) if fail(save)]
+        # Fault injection costs nothing when no fault is set.
+        failed = [] if fail is None else [k for k in range(len(rows)) if fail(saves[k])]
         if failed:
             skip = set(failed)
-            kept = [k for k in range(len(saves)) if k not in skip]
-            copy_saves, copy_flat = [saves[k] for k in kept], [flat[k] for k in kept]
+            kept = [k for k in range(len(rows)) if k not in skip]
+            copy_rows, copy_flat = [rows[k] for k in kept], [flat[k] for k in kept]
         else:
-            copy_saves, copy_flat = list(saves), flat
-        if copy_saves:
+            copy_rows, copy_flat = rows, flat
+        if copy_rows:
             try:
-                self._copy_saves(copy_saves, copy_flat)
+                self._copy_saves(copy_rows, copy_flat)
             except BaseException:
                 # Some state may hold the new rows and some the old: no
                 # restore may read any slot of this batch.
                 self._tags.forget(flat)
                 raise
-        self._tags.commit(saves, flat, failed)
+        self._tags.commit(flat, positions, tickets, failed)
         return tuple(saves[k] for k in failed)
 
     def _restore_batch(self, restores: Sequence[SsmSnapshotRestore]) -> None:
         """Run the restore steps."""
         self._check_owned()
-        flat = self._tags.check_restores(restores)
-        if restores:
-            self._copy_restores(list(restores), flat)
+        rows, flat = self._tags.check_restores(restores)
+        if rows:
+            self._copy_restores(rows, flat)
 
     # -- what a backend supplies -------------------------------------------------
 
     def _check_owned(self) -> None:
         """Raise ``InvalidArgumentError`` if the memory the pool copies is no longer its own."""
 
-    def _copy_saves(self, saves: list[SsmSnapshotSave], flat: list[int]) -> None:
-        """Copy each save's live row into storage row ``flat[k]``."""
+    def _copy_saves(self, rows: list[int], flat: list[int]) -> None:
+        """Copy live row ``rows[k]`` into storage row ``flat[k]`` (rows are unique)."""
         raise NotImplementedError
 
-    def _copy_restores(self, restores: list[SsmSnapshotRestore], flat: list[int]) -> None:
-        """Copy storage row ``flat[k]`` into each restore's live row."""
+    def _copy_restores(self, rows: list[int], flat: list[int]) -> None:
+        """Copy storage row ``flat[k]`` into live row ``rows[k]`` (rows are unique)."""
         raise NotImplementedError

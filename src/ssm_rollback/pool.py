@@ -21,7 +21,7 @@ from typing import Protocol, TypeAlias, cast, runtime_checkable
 
 import attrs
 
-from ._effects import Effect, SsmSnapshotRestore, SsmSnapshotSave
+from ._effects import Effect, SaveBatch, SsmSnapshotRestore, SsmSnapshotSave
 from ._errors import InvalidArgumentError, InvalidArgumentTypeError, StaleSnapshotError
 from ._ring import SsmDecodeRing
 from ._slots import SlotTags
@@ -63,7 +63,7 @@ class SnapshotPool(Protocol):
         """Snapshot slots per row: the capacity of each row's ring."""
         ...
 
-    def save(self, saves: Sequence[SsmSnapshotSave], /) -> SaveOutcome:
+    def save(self, saves: Sequence[SsmSnapshotSave] | SaveBatch, /) -> SaveOutcome:
         """Copy each save's live row into its slot; report the saves that failed."""
         ...
 
@@ -109,10 +109,31 @@ def _check_pool(pool: object) -> SnapshotPool:
 
 @attrs.define
 class _Run:
-    """Consecutive effects of one kind: one call to the pool. One of the lists is empty."""
+    """Consecutive effects of one kind: one call to the pool. One of the lists is empty.
 
-    saves: list[SsmSnapshotSave] = attrs.field(factory=list)
+    A save run keeps its pieces (single saves and whole ``SaveBatch`` es) and
+    the index in ``effects`` of each; ``batch()`` hands the pool one value.
+    """
+
+    first: int
+    saves: list[SsmSnapshotSave | SaveBatch] = attrs.field(factory=list)
     restores: list[SsmSnapshotRestore] = attrs.field(factory=list)
+
+    def batch(self) -> Sequence[SsmSnapshotSave] | SaveBatch:
+        pieces = self.saves
+        if len(pieces) == 1 and type(pieces[0]) is SaveBatch:
+            return pieces[0]
+        if not any(type(piece) is SaveBatch for piece in pieces):
+            return cast(list[SsmSnapshotSave], pieces)
+        columns: tuple[list[int], list[int], list[int], list[int]] = ([], [], [], [])
+        for piece in pieces:
+            if isinstance(piece, SaveBatch):
+                parts = (piece.seqs, piece.slots, piece.positions, piece.tickets)
+            else:
+                parts = ((piece.seq,), (piece.slot,), (piece.token_position,), (piece.ticket,))
+            for column, part in zip(columns, parts, strict=True):
+                column.extend(part)
+        return SaveBatch._trusted(*columns)  # every piece's values were checked when made
 
 
 def _runs(effects: Iterable[Effect]) -> list[_Run]:
@@ -124,21 +145,36 @@ def _runs(effects: Iterable[Effect]) -> list[_Run]:
     runs: list[_Run] = []
     saving: bool | None = None
     for i, effect in enumerate(effects):
-        if type(effect) is SsmSnapshotSave:
+        if type(effect) is SsmSnapshotSave or type(effect) is SaveBatch:
             if saving is not True:
-                runs.append(_Run())
+                runs.append(_Run(i))
                 saving = True
             runs[-1].saves.append(effect)
         elif type(effect) is SsmSnapshotRestore:
             if saving is not False:
-                runs.append(_Run())
+                runs.append(_Run(i))
                 saving = False
             runs[-1].restores.append(effect)
         else:
             raise InvalidArgumentTypeError(
-                f"'effects[{i}]' must be an SsmSnapshotSave or SsmSnapshotRestore, got {effect!r}"
+                f"'effects[{i}]' must be an SsmSnapshotSave, SaveBatch or SsmSnapshotRestore, "
+                f"got {effect!r}"
             )
     return runs
+
+
+def _rows_of(
+    piece: SsmSnapshotSave | SsmSnapshotRestore | SaveBatch, i: int
+) -> list[tuple[str, int, int, int, int]]:
+    """``(name, seq, slot, position, ticket)`` per row of one effect, for the checks."""
+    if isinstance(piece, SaveBatch):
+        return [
+            (f"effects[{i}][{j}]", *row)
+            for j, row in enumerate(
+                zip(piece.seqs, piece.slots, piece.positions, piece.tickets, strict=True)
+            )
+        ]
+    return [(f"effects[{i}]", piece.seq, piece.slot, piece.token_position, piece.ticket)]
 
 
 def _check_runs(
@@ -152,44 +188,75 @@ def _check_runs(
     rows, slots = pool.num_sequences, pool.slots_per_sequence
     # (seq, slot) -> (position, ticket) it will hold once the earlier saves ran.
     pending: dict[tuple[int, int], tuple[int | None, int | None]] = {}
-    i = 0
+    has_restores = any(run.restores for run in runs)
     for run in runs:
-        seen: dict[int, int] = {}
-        for effect in run.saves or run.restores:
-            seq, slot = effect.seq, effect.slot
-            if seq >= rows:
-                raise InvalidArgumentError(
-                    f"'effects[{i}].seq' must be < the pool's num_sequences {rows}, got {effect!r}"
-                )
-            if slot >= slots:
-                raise InvalidArgumentError(
-                    f"'effects[{i}].slot' must be < the pool's slots_per_sequence {slots}, "
-                    f"got {effect!r}"
-                )
-            first = seen.setdefault(seq, i)
-            if first != i:
-                raise InvalidArgumentError(
-                    f"'effects' must name each row at most once per run of one kind, got seq "
-                    f"{seq} at effects[{first}] and effects[{i}]"
-                )
-            if type(effect) is SsmSnapshotSave:
+        seen: dict[int, str] = {}
+        i = run.first
+        for piece in run.saves or run.restores:
+            if type(piece) is SaveBatch and _batch_fits(piece, rows, slots, seen, ring_for):
+                if has_restores:
+                    keys = zip(piece.seqs, piece.slots, strict=True)
+                    values = zip(piece.positions, piece.tickets, strict=True)
+                    pending.update(zip(keys, values, strict=True))
+                i += 1
+                continue
+            for name, seq, slot, position, ticket in _rows_of(piece, i):
+                _check_row(name, seq, slot, rows, slots, seen)
+                if type(piece) is SsmSnapshotRestore:
+                    held = pending.get((seq, slot))
+                    if held is None:
+                        held = (pool.stored_position(seq, slot), pool.stored_ticket(seq, slot))
+                    if held != (position, ticket):
+                        what = (
+                            "nothing" if held[1] is None else f"position {held[0]} ticket {held[1]}"
+                        )
+                        raise StaleSnapshotError(
+                            f"refusing '{name}' {piece!r}, copying nothing: its slot holds {what}"
+                        )
+                    continue
                 if ring_for(seq) is None:
                     raise InvalidArgumentError(
                         f"'rings' must hold a ring for every saved row, got none for seq "
-                        f"{seq} (effects[{i}])"
+                        f"{seq} ({name})"
                     )
-                pending[seq, slot] = (effect.token_position, effect.ticket)
-            else:
-                held = pending.get((seq, slot))
-                if held is None:
-                    held = (pool.stored_position(seq, slot), pool.stored_ticket(seq, slot))
-                if held != (effect.token_position, effect.ticket):
-                    what = "nothing" if held[1] is None else f"position {held[0]} ticket {held[1]}"
-                    raise StaleSnapshotError(
-                        f"refusing 'effects[{i}]' {effect!r}, copying nothing: its slot holds "
-                        f"{what}"
-                    )
+                pending[seq, slot] = (position, ticket)
             i += 1
+
+
+def _batch_fits(
+    batch: SaveBatch,
+    rows: int,
+    slots: int,
+    seen: dict[int, str],
+    ring_for: Callable[[int], SsmDecodeRing | None],
+) -> bool:
+    """Whether a ``SaveBatch`` passes every check, tested at C speed (``False``: look closer)."""
+    seqs = batch.seqs
+    if not seqs:
+        return True
+    if max(seqs) >= rows or max(batch.slots) >= slots or len(set(seqs)) != len(seqs):
+        return False
+    if not seen.keys().isdisjoint(seqs) or None in map(ring_for, seqs):
+        return False
+    seen.update(dict.fromkeys(seqs, "an earlier SaveBatch"))
+    return True
+
+
+def _check_row(name: str, seq: int, slot: int, rows: int, slots: int, seen: dict[int, str]) -> None:
+    if seq >= rows:
+        raise InvalidArgumentError(
+            f"'{name}.seq' must be < the pool's num_sequences {rows}, got {seq}"
+        )
+    if slot >= slots:
+        raise InvalidArgumentError(
+            f"'{name}.slot' must be < the pool's slots_per_sequence {slots}, got {slot}"
+        )
+    first = seen.setdefault(seq, name)
+    if first != name:
+        raise InvalidArgumentError(
+            f"'effects' must name each row at most once per run of one kind, got seq "
+            f"{seq} at {first} and {name}"
+        )
 
 
 def apply_effects(pool: SnapshotPool, effects: Iterable[Effect], rings: Rings) -> SaveOutcome:
@@ -213,7 +280,7 @@ def apply_effects(pool: SnapshotPool, effects: Iterable[Effect], rings: Rings) -
     failed: list[SsmSnapshotSave] = []
     for run in runs:
         if run.saves:
-            outcome = pool.save(run.saves)
+            outcome = pool.save(run.batch())
             for save in outcome.failed:
                 _forget(ring_for(save.seq), save)
             failed.extend(outcome.failed)

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 
+from ._batched import snapshot_boundaries
 from ._effects import SsmSnapshotRestore, SsmSnapshotSave
 from ._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int
 from ._ring import SsmDecodeRing
@@ -32,6 +33,7 @@ __all__ = [
     "RollbackPlan",
     "find_last_boundary_with_snapshot",
     "rollback_to_boundary",
+    "snapshot_boundaries",
     "snapshot_boundary_if_ssm",
 ]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import final
 
-from .._effects import SsmSnapshotRestore, SsmSnapshotSave
+from .._effects import SaveBatch, SsmSnapshotRestore, SsmSnapshotSave
 from .._slots import PoolBase
 from ..pool import SaveOutcome
 
@@ -39,7 +39,7 @@ class FakeSnapshotPool(PoolBase):
             f"restore_calls={self.restore_calls}, copies={self.copies})"
         )
 
-    def save(self, saves: Sequence[SsmSnapshotSave], /) -> SaveOutcome:
+    def save(self, saves: Sequence[SsmSnapshotSave] | SaveBatch, /) -> SaveOutcome:
         """Store each save's ``live[seq]`` in its slot, except the saves made to fail."""
         failed = self._save_batch(saves)
         self.save_calls += 1
@@ -56,14 +56,14 @@ class FakeSnapshotPool(PoolBase):
             return None
         return self._stored[self._tags.index(seq, slot)]
 
-    def _copy_saves(self, saves: list[SsmSnapshotSave], flat: list[int]) -> None:
+    def _copy_saves(self, rows: list[int], flat: list[int]) -> None:
         stored, live = self._stored, self.live
-        for save, i in zip(saves, flat, strict=True):
-            stored[i] = live[save.seq]
-        self.copies += len(saves)
+        for seq, i in zip(rows, flat, strict=True):
+            stored[i] = live[seq]
+        self.copies += len(rows)
 
-    def _copy_restores(self, restores: list[SsmSnapshotRestore], flat: list[int]) -> None:
+    def _copy_restores(self, rows: list[int], flat: list[int]) -> None:
         stored, live = self._stored, self.live
-        for restore, i in zip(restores, flat, strict=True):
-            live[restore.seq] = stored[i]
-        self.copies += len(restores)
+        for seq, i in zip(rows, flat, strict=True):
+            live[seq] = stored[i]
+        self.copies += len(rows)

@@ -23,7 +23,7 @@ from typing import Final, final
 
 import torch
 
-from .._effects import SsmSnapshotRestore, SsmSnapshotSave
+from .._effects import SaveBatch, SsmSnapshotRestore, SsmSnapshotSave
 from .._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int
 from .._slots import PoolBase
 from ..pool import SaveOutcome
@@ -198,7 +198,7 @@ class TorchSnapshotPool(PoolBase):
 
     # -- copies ----------------------------------------------------------------
 
-    def save(self, saves: Sequence[SsmSnapshotSave], /) -> SaveOutcome:
+    def save(self, saves: Sequence[SsmSnapshotSave] | SaveBatch, /) -> SaveOutcome:
         """Copy each save's live row into its snapshot slot: one ``index_copy_`` per tensor.
 
         If torch raises during the copies (out of memory, a device error),
@@ -221,8 +221,8 @@ class TorchSnapshotPool(PoolBase):
                     f"resized, re-pointed or moved; copying nothing, make a new pool"
                 )
 
-    def _copy_saves(self, saves: list[SsmSnapshotSave], flat: list[int]) -> None:
-        rows, slots, contiguous = _ascending_rows([s.seq for s in saves], flat)
+    def _copy_saves(self, rows: list[int], flat: list[int]) -> None:
+        rows, slots, contiguous = _ascending_rows(rows, flat)
         slot_index, row_index = self._indices(slots, rows)
         dim = self._batch_dim
         with torch.no_grad():
@@ -233,8 +233,8 @@ class TorchSnapshotPool(PoolBase):
                     source = live.index_select(dim, row_index)
                 storage.index_copy_(dim, slot_index, source)
 
-    def _copy_restores(self, restores: list[SsmSnapshotRestore], flat: list[int]) -> None:
-        rows, slots, contiguous = _ascending_rows([r.seq for r in restores], flat)
+    def _copy_restores(self, rows: list[int], flat: list[int]) -> None:
+        rows, slots, contiguous = _ascending_rows(rows, flat)
         row_index, slot_index = self._indices(rows, slots)
         dim = self._batch_dim
         with torch.no_grad():

@@ -31,7 +31,7 @@ from transformers.cache_utils import (
     LinearAttentionCacheLayerMixin,
 )
 
-from .._effects import SsmSnapshotRestore, SsmSnapshotSave
+from .._effects import SaveBatch, SsmSnapshotRestore, SsmSnapshotSave
 from .._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int
 from ..backends.torch import TorchSnapshotPool
 from ..pool import SaveOutcome
@@ -163,7 +163,7 @@ class HybridCacheSnapshotPool:
             f"nbytes={self.nbytes})"
         )
 
-    def save(self, saves: Sequence[SsmSnapshotSave], /) -> SaveOutcome:
+    def save(self, saves: Sequence[SsmSnapshotSave] | SaveBatch, /) -> SaveOutcome:
         """Snapshot each save's row of every recurrent state tensor into its slot."""
         self._check_unchanged()
         return self._pool.save(saves)
