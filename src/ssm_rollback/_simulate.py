@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal
 
 import attrs
 
@@ -94,14 +94,22 @@ def synthetic_trace(
 
 
 def read_trace(path: str | Path) -> list[TraceEvent]:
-    """Read a JSONL trace: one object per line with ``seq`` and ``event`` (see docs)."""
-    events = []
+    """Read a JSONL trace: one object per line with ``seq`` and ``event`` (see docs).
+
+    Errors start with the file (and line): the caller knows which flag named it.
+    """
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as error:
+        data = Path(path).read_bytes()
+    except (OSError, ValueError) as error:  # ValueError: a NUL in the path
+        reason = error.strerror if isinstance(error, OSError) else error
+        raise InvalidArgumentError(f"{path}: not a readable file: {reason}") from None
+    try:
+        lines = data.decode("utf-8").splitlines()
+    except UnicodeDecodeError as error:
         raise InvalidArgumentError(
-            f"'trace' must be a readable file, got {path}: {error}"
+            f"{path}: not UTF-8 text (byte {error.start}: {error.reason})"
         ) from None
+    events = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -109,20 +117,38 @@ def read_trace(path: str | Path) -> list[TraceEvent]:
     return events
 
 
+# The keys each kind of event may have; anything else is a typo that would otherwise be
+# read as the default (a misspelt "boundary" silently makes every token a non-boundary).
+_KEYS: Final[Mapping[EventKind, frozenset[str]]] = {
+    "token": frozenset({"seq", "event", "boundary", "thinking"}),
+    "rollback": frozenset({"seq", "event", "back"}),
+    "finish": frozenset({"seq", "event"}),
+}
+
+
 def _event(line: str, where: str) -> TraceEvent:
     try:
         data = json.loads(line)
-    except json.JSONDecodeError as error:
+    except (ValueError, RecursionError) as error:  # ValueError: also too many digits
         raise InvalidArgumentError(f"{where}: a trace line must be JSON: {error}") from None
     if not isinstance(data, dict):
         raise InvalidArgumentError(f"{where}: a trace line must be a JSON object, got {line!r}")
-    kind = data.get("event")
-    seq = data.get("seq", 0)
-    back = data.get("back", 1)
-    if kind not in ("token", "rollback", "finish"):
+    given: object = data.get("event")
+    kind = next((known for known in _KEYS if known == given), None)
+    if kind is None:
         raise InvalidArgumentError(
-            f"{where}: 'event' must be 'token', 'rollback' or 'finish', got {kind!r}"
+            f"{where}: 'event' must be 'token', 'rollback' or 'finish', got {given!r}"
         )
+    unknown = sorted(set(data) - _KEYS[kind])
+    if unknown:
+        raise InvalidArgumentError(
+            f"{where}: a {kind!r} event has only the keys {', '.join(sorted(_KEYS[kind]))}; "
+            f"got {', '.join(map(repr, unknown))}"
+        )
+    if "seq" not in data:
+        raise InvalidArgumentError(f"{where}: a trace event needs a 'seq' key, got {line!r}")
+    seq = data["seq"]
+    back = data.get("back", 1)
     for name, value, least in (("seq", seq, 0), ("back", back, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise InvalidArgumentError(
@@ -194,14 +220,3 @@ def _roll_back(state: _Sequence, event: TraceEvent, result: DepthResult) -> None
     state.length = keep
     while state.boundaries and state.boundaries[-1] > keep:
         state.boundaries.pop()
-
-
-def iter_depths(text: str) -> Iterator[int]:
-    """Parse ``"0,1,2,4"`` into depths; errors name ``--depths``."""
-    for part in text.split(","):
-        part = part.strip()
-        if not part.isdecimal():
-            raise InvalidArgumentError(
-                f"'--depths' must be comma-separated ints >= 0, got {text!r}"
-            )
-        yield int(part)

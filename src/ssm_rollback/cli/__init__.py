@@ -1,0 +1,92 @@
+"""The ``ssm-rollback`` console script: one module per subcommand, one error seam here.
+
+A subcommand module has ``add_parser(commands)``, which registers its flags
+and sets ``run`` (and ``flags``, the library parameter names its flags set),
+and ``run(args, out) -> int``. Everything a user can get wrong ends here as
+exit status 2 and one line on stderr that names the flag: argparse refuses
+malformed values itself; ``main`` turns any ``SsmRollbackError`` raised
+later into the same, with the library's parameter names replaced by flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Final, NoReturn, TextIO
+
+from .._errors import SsmRollbackError
+from . import demo, plan, ring, simulate
+from ._common import one_line, parse_size
+
+__all__ = ["main", "parse_size"]
+
+PROG: Final = "ssm-rollback"
+#: Exit status for usage errors, as argparse uses.
+USAGE_ERROR: Final = 2
+# What CPython's signal docs recommend after a broken pipe: exit 1, no traceback.
+BROKEN_PIPE: Final = 1
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        super().error(one_line(message))
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG,
+        description="Roll hybrid attention + SSM models back to an earlier boundary token.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in (demo, ring, plan, simulate):
+        command.add_parser(commands)
+    return parser
+
+
+# A library message starts with the parameter it is about, quoted; the CLI user knows a flag.
+_PARAMETER: Final = re.compile(r"'(\w+)'(?: \(the (--[\w-]+) flag\))?")
+
+
+def flag_message(error: SsmRollbackError, flags: Mapping[str, str], source: str | None) -> str:
+    """``error``'s message for a CLI user: flags for parameters, the config's source named."""
+    message = str(error)
+    match = _PARAMETER.match(message)
+    if match is not None and match[1] in flags:
+        return flags[match[1]] + message[match.end() :]
+    if message.startswith("config") and source is not None:
+        return f"{source}: {message}"
+    return message
+
+
+def _run(args: argparse.Namespace, out: TextIO) -> int:
+    try:
+        status: int = args.run(args, out)
+    except SsmRollbackError as error:
+        flags: Mapping[str, str] = getattr(args, "flags", {})
+        message = flag_message(error, flags, getattr(args, "source", None))
+        print(f"{PROG} {args.command}: error: {one_line(message)}", file=sys.stderr)
+        return USAGE_ERROR
+    return status
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    """Run the console script; returns the process exit status (2: a usage error)."""
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exit:  # argparse has printed the usage error, or --help
+        return exit.code if isinstance(exit.code, int) else USAGE_ERROR
+    if out is not None:
+        return _run(args, out)
+    try:
+        status = _run(args, sys.stdout)
+        sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+    except BrokenPipeError:
+        # The reader (`| head`) has gone: point stdout at devnull so the interpreter's
+        # own final flush cannot fail again, and exit without a traceback.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return BROKEN_PIPE
+    return status

@@ -1,0 +1,126 @@
+"""``ssm-rollback plan``: bytes per snapshot and the ring depth that fits in memory."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, TextIO
+
+from ._common import human, int_flag, size_flag
+from ._model import MODEL_FLAGS, add_model_arguments, load_spec
+
+if TYPE_CHECKING:
+    from ..reserve import RingDepth, SsmStateSpec
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    plan = commands.add_parser(
+        "plan",
+        help="snapshot size per sequence and the ring depth that fits in memory",
+        description="Size one snapshot slot from a model config and choose the ring depth: "
+        "--ring-slots, else $SSM_ROLLBACK_RING_SLOTS, else what --free-memory allows.",
+    )
+    add_model_arguments(plan, required=True)
+    plan.add_argument(
+        "--free-memory",
+        required=True,
+        type=size_flag,
+        metavar="SIZE",
+        help="memory for snapshots: 40GiB, 512MB, 1.5GiB or a whole number of bytes",
+    )
+    plan.add_argument("--max-seqs", type=int_flag(1), default=256, help="sequences (default 256)")
+    plan.add_argument(
+        "--ring-slots",
+        type=int_flag(0),
+        default=None,
+        metavar="N",
+        help="override the depth (beats $SSM_ROLLBACK_RING_SLOTS)",
+    )
+    flags = {
+        **MODEL_FLAGS,
+        "max_sequences": "--max-seqs",
+        "free_bytes": "--free-memory",
+        "override": "--ring-slots",
+    }
+    plan.set_defaults(run=run, flags=flags)
+
+
+def run(args: argparse.Namespace, out: TextIO) -> int:
+    from ..reserve import decode_rollback_ring_slots
+
+    name, spec = load_spec(args)
+    depth = decode_rollback_ring_slots(
+        spec, max_sequences=args.max_seqs, free_bytes=args.free_memory, override=args.ring_slots
+    )
+    if args.json:
+        import json
+
+        print(json.dumps(_report(name, spec, depth, args)), file=out)
+    else:
+        _print_table(name, spec, depth, args, out)
+    return 0
+
+
+def _report(
+    name: str, spec: SsmStateSpec, depth: RingDepth, args: argparse.Namespace
+) -> dict[str, object]:
+    return {
+        "model": name,
+        "model_type": spec.model_type,
+        "layout": spec.layout,
+        "tp_size": spec.tp_size,
+        "num_layers": spec.num_layers,
+        "layers": [
+            {
+                "index": layer.index,
+                "kind": layer.kind,
+                "tensors": [
+                    {"name": t.name, "shape": list(t.shape), "dtype": t.dtype, "bytes": t.nbytes}
+                    for t in layer.tensors
+                ],
+                "bytes": layer.nbytes,
+            }
+            for layer in spec.layers
+        ],
+        "max_sequences": args.max_seqs,
+        "free_bytes": args.free_memory,
+        "bytes_per_slot": depth.bytes_per_slot,
+        "fit": depth.fit,
+        "slots": depth.slots,
+        "rule": depth.rule.value,
+        "bytes_total": depth.bytes_total,
+    }
+
+
+def _print_table(
+    name: str, spec: SsmStateSpec, depth: RingDepth, args: argparse.Namespace, out: TextIO
+) -> None:
+    print(
+        f"{name}: {spec.model_type}, {len(spec.layers)} SSM layers of {spec.num_layers}, "
+        f"layout {spec.layout}, tensor parallel {spec.tp_size}",
+        file=out,
+    )
+    print(
+        f"{'layer':>5}  {'kind':<15} {'state tensors (per sequence)':<44} {'bytes':>12}", file=out
+    )
+    for layer in spec.layers:
+        tensors = ", ".join(
+            f"{t.name} {'x'.join(map(str, t.shape))} {t.dtype}" for t in layer.tensors
+        )
+        print(f"{layer.index:>5}  {layer.kind:<15} {tensors:<44} {layer.nbytes:>12,}", file=out)
+    free: int = args.free_memory
+    rows = [
+        (
+            "bytes per slot (one sequence)",
+            f"{depth.bytes_per_slot:,} ({human(depth.bytes_per_slot)})",
+        ),
+        ("max sequences", f"{args.max_seqs:,}"),
+        ("free memory", f"{free:,} ({human(free)})"),
+        ("slots that fit per sequence", f"{depth.fit:,}"),
+        ("ring depth", f"{depth.slots} (rule: {depth.rule.value})"),
+        ("bytes reserved", f"{depth.bytes_total:,} ({human(depth.bytes_total)})"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        print(f"{key:<{width}}  {value}", file=out)

@@ -1,0 +1,209 @@
+"""``ssm-rollback simulate``: replay a decode trace at several ring depths."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Final, TextIO
+
+from .._errors import InvalidArgumentError
+from ._common import FlagError, human, int_flag, progress_bar, rate_flag
+from ._model import MODEL_FLAGS, add_model_arguments, load_spec
+
+if TYPE_CHECKING:
+    from .._simulate import DepthResult, TraceEvent
+
+__all__ = ["MAX_EVENTS", "add_parser", "run"]
+
+#: Synthetic traces are built in memory: --sequences x --tokens at most this.
+MAX_EVENTS: Final = 10_000_000
+
+
+def _depths(text: str) -> list[int]:
+    parse = int_flag(0)
+    try:
+        return [parse(part.strip()) for part in text.split(",")]
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(
+            f"must be comma-separated ints >= 0, got {text!r}"
+        ) from None
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    simulate = commands.add_parser(
+        "simulate",
+        help="replay a decode trace at several ring depths: rollbacks served vs memory",
+        description="Replay a synthetic or recorded decode trace through the real ring and "
+        "rollback code at each depth.",
+    )
+    add_model_arguments(simulate, required=False)
+    add = simulate.add_argument
+    add("--depths", type=_depths, default="0,1,2,4,8,16", help="comma-separated depths")
+    add("--trace", metavar="FILE", help="a JSONL trace (default: synthetic)")
+    add("--sequences", type=int_flag(1), default=64, help="synthetic: sequences")
+    add("--tokens", type=int_flag(1), default=512, help="synthetic: tokens each")
+    add(
+        "--boundary-rate",
+        type=rate_flag,
+        default=0.1,
+        help="synthetic: chance a token is a boundary (default 0.1)",
+    )
+    add(
+        "--rollback-rate",
+        type=rate_flag,
+        default=0.01,
+        help="synthetic: chance of a rollback after a token (default 0.01)",
+    )
+    add(
+        "--back",
+        type=int_flag(1),
+        default=4,
+        help="synthetic: a rollback wants 1 to BACK boundaries back (default 4)",
+    )
+    add(
+        "--thinking-rate",
+        type=rate_flag,
+        default=0.0,
+        help="synthetic: chance a thinking span starts at a token",
+    )
+    add("--seed", type=int_flag(0), default=0, help="synthetic: random seed")
+    add("--plot", metavar="FILE", help="write a PNG (needs matplotlib)")
+    flags = {
+        **MODEL_FLAGS,
+        "boundary_rate": "--boundary-rate",
+        "rollback_rate": "--rollback-rate",
+        "thinking_rate": "--thinking-rate",
+        "back": "--back",
+    }
+    simulate.set_defaults(run=run, flags=flags, model="nemotron-h-8b")
+
+
+def run(args: argparse.Namespace, out: TextIO) -> int:
+    from .._simulate import replay
+
+    if args.plot is not None:
+        _check_plot(args.plot)
+    _, spec = load_spec(args)
+    events, source = _events(args)
+    depths: list[int] = args.depths
+    bar = progress_bar(sys.stderr, "events", quiet=args.json)
+    total = len(events) * len(depths)
+    results = []
+    for i, depth in enumerate(depths):
+
+        def progress(done: int, base: int = i * len(events)) -> None:
+            bar(base + done, total)
+
+        results.append(replay(events, depth, progress))
+    per_slot = spec.bytes_per_snapshot
+    if args.plot is not None:
+        _plot(args.plot, results, per_slot, spec.model_type)
+    if args.json:
+        import json
+
+        rows = [
+            {
+                "depth": r.depth,
+                "rollbacks": r.rollbacks,
+                "served": r.served,
+                "served_fraction": r.served_fraction,
+                "tokens_regenerated": r.tokens_regenerated,
+                "tokens_recomputed": r.tokens_recomputed,
+                "bytes_per_sequence": r.depth * per_slot,
+            }
+            for r in results
+        ]
+        report = {"model_type": spec.model_type, "source": source, "depths": rows}
+        print(json.dumps(report), file=out)
+        return 0
+    print(f"{spec.model_type}: {source}", file=out)
+    print(
+        f"{'depth':>5} {'rollbacks':>9} {'served':>7} {'served %':>8} "
+        f"{'recomputed tokens':>17} {'memory / sequence':>17}",
+        file=out,
+    )
+    for r in results:
+        print(
+            f"{r.depth:>5} {r.rollbacks:>9} {r.served:>7} {100 * r.served_fraction:>7.1f}% "
+            f"{r.tokens_recomputed:>17,} {human(r.depth * per_slot):>17}",
+            file=out,
+        )
+    if args.plot is not None:
+        print(f"plot written to {args.plot}", file=out)
+    return 0
+
+
+def _events(args: argparse.Namespace) -> tuple[list[TraceEvent], str]:
+    from .._simulate import read_trace, synthetic_trace
+
+    if args.trace is not None:
+        try:
+            return read_trace(args.trace), f"trace {args.trace}"
+        except InvalidArgumentError as error:
+            raise FlagError("--trace", str(error)) from None
+    if args.sequences * args.tokens > MAX_EVENTS:
+        raise FlagError(
+            "--sequences",
+            f"--sequences x --tokens must be at most {MAX_EVENTS:,}, got "
+            f"{args.sequences} x {args.tokens}",
+        )
+    events = synthetic_trace(
+        sequences=args.sequences,
+        tokens=args.tokens,
+        boundary_rate=args.boundary_rate,
+        rollback_rate=args.rollback_rate,
+        back=args.back,
+        thinking_rate=args.thinking_rate,
+        seed=args.seed,
+    )
+    source = (
+        f"synthetic trace: {args.sequences} sequences x {args.tokens} tokens, boundary rate "
+        f"{args.boundary_rate}, rollback rate {args.rollback_rate}, up to {args.back} "
+        f"boundaries back, seed {args.seed}"
+    )
+    return events, source
+
+
+def _check_plot(path: str) -> None:
+    """Refuse a --plot that cannot be written before the simulation runs, not after."""
+    if importlib.util.find_spec("matplotlib") is None:
+        raise FlagError("--plot", "needs matplotlib: pip install 'ssm-rollback[plot]'")
+    folder = Path(path).parent
+    # os.path.isdir: Path.is_dir raises for a name too long or with a NUL in it.
+    if not os.path.isdir(folder):
+        raise FlagError("--plot", f"folder {str(folder)!r} does not exist")
+    if os.path.isdir(path):
+        raise FlagError("--plot", f"{path!r} is a folder, not a file name")
+    if not os.access(folder, os.W_OK):
+        raise FlagError("--plot", f"folder {str(folder)!r} is not writable")
+
+
+def _plot(path: str, results: list[DepthResult], per_slot: int, model_type: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    depths = [r.depth for r in results]
+    figure, served_axis = pyplot.subplots(figsize=(7, 4))
+    served_axis.plot(depths, [100 * r.served_fraction for r in results], "o-", color="tab:blue")
+    served_axis.set_xlabel("ring depth (snapshot slots per sequence)")
+    served_axis.set_ylabel("rollbacks served (%)", color="tab:blue")
+    served_axis.set_ylim(0, 105)
+    memory_axis = served_axis.twinx()
+    memory = [d * per_slot / 2**20 for d in depths]
+    memory_axis.plot(depths, memory, "s--", color="tab:orange")
+    memory_axis.set_ylabel("snapshot memory per sequence (MiB)", color="tab:orange")
+    served_axis.set_title(f"{model_type}: rollbacks served vs snapshot memory")
+    figure.tight_layout()
+    try:
+        # format="png" whatever the suffix: --plot promises a PNG, and an unknown
+        # suffix would otherwise be a matplotlib error after the whole run.
+        figure.savefig(path, dpi=100, format="png")
+    except OSError as error:
+        raise FlagError("--plot", f"cannot write {path!r}: {error.strerror}") from None
+    finally:
+        pyplot.close(figure)

@@ -1,0 +1,278 @@
+"""Hostile input to the console script: every refusal is exit 2 and one line naming the flag."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import ssm_rollback._simulate
+from ssm_rollback.cli import main
+from ssm_rollback.reserve import ENV_VAR
+
+PLAN = ("plan", "--model", "nemotron-h-8b", "--free-memory", "20GiB")
+
+
+@pytest.fixture(autouse=True)
+def _no_env_override(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV_VAR, raising=False)
+
+
+def refused(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """Run ``argv``; assert exit 2, nothing on stdout, and return the error line."""
+    out = io.StringIO()
+    assert main(list(argv), out=out) == 2
+    assert out.getvalue() == ""
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return err.strip().splitlines()[-1]
+
+
+# -- sizes --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "size",
+    [
+        "inf",
+        "infGiB",
+        "1e400",
+        "1e3",
+        "0.1",
+        "1.0000000001GiB",
+        "\u0662\u0660GiB",  # Arabic-Indic "20"
+        "\uff12\uff10",  # full-width "20"
+        "nan",
+        "9" * 40,
+        "17EiB",
+        str(2**64 + 1),
+    ],
+)
+def test_free_memory_that_is_not_a_whole_number_of_bytes_is_refused(
+    size: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = refused(capsys, "plan", "--model", "nemotron-h-8b", "--free-memory", size)
+    assert "argument --free-memory:" in line
+
+
+def test_the_largest_size_is_accepted() -> None:
+    assert main(["plan", "--model", "mamba2-2.7b", "--free-memory", str(2**64)], io.StringIO()) == 0
+
+
+# -- counts -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["simulate", "--sequences", "-1"], "--sequences"),
+        (["simulate", "--sequences", "0"], "--sequences"),
+        (["simulate", "--tokens", "0"], "--tokens"),
+        (["simulate", "--back", "-3"], "--back"),
+        (["simulate", "--depths", "0,-1"], "--depths"),
+        (["simulate", "--depths", ""], "--depths"),
+        (["simulate", "--seed", "-1"], "--seed"),
+        (["simulate", "--tp", "0"], "--tp"),
+        (["simulate", "--rollback-rate", "nan"], "--rollback-rate"),
+        (["simulate", "--thinking-rate", "\u0660.5"], "--thinking-rate"),
+        (["ring", "--capacity", "-1"], "--capacity"),
+        (["ring", "--capacity", "\u0663"], "--capacity"),
+        (["demo", "--capacity", "-1"], "--capacity"),
+        (["demo", "--capacity", "100000"], "--capacity"),
+        (["demo", "--length", "0"], "--length"),
+        (["demo", "--seed", str(2**64)], "--seed"),
+        ([*PLAN, "--max-seqs", "0"], "--max-seqs"),
+        ([*PLAN, "--max-seqs", "-5"], "--max-seqs"),
+        ([*PLAN, "--max-seqs", " 256"], "--max-seqs"),
+        ([*PLAN, "--tp", "-1"], "--tp"),
+        ([*PLAN, "--ring-slots", "1.5"], "--ring-slots"),
+    ],
+)
+def test_bad_counts_name_their_flag(
+    argv: list[str], flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert f"argument {flag}:" in refused(capsys, *argv)
+
+
+def test_too_big_a_synthetic_trace_is_refused_before_it_is_built(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    line = refused(capsys, "simulate", "--sequences", "100000", "--tokens", "100000")
+    assert "--sequences x --tokens must be at most" in line
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--tp", "3"], "error: --tp 3 must divide config field"),
+        (["--dtype", "int3"], "error: --dtype must be one of"),
+        (["--ring-slots", "99"], "error: --ring-slots = 99 does not fit"),
+    ],
+)
+def test_plan_errors_name_flags_not_parameters(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = refused(capsys, *PLAN, *argv)
+    assert message in line
+    assert "'tp_size'" not in line
+    assert "'dtype'" not in line
+
+
+def test_a_bad_config_field_names_the_config_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "config.json"
+    path.write_text('{"model_type": "llama"}')
+    line = refused(capsys, "plan", "--config", str(path), "--free-memory", "1GiB")
+    assert f"error: --config {path}: config field 'model_type' must be one of" in line
+
+
+# -- files --------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, str]:
+    (tmp_path / "latin1.json").write_bytes(b'{"model_type": "mamba2", "name": "caf\xe9"}')
+    (tmp_path / "broken.json").write_text('{"model_type": ')
+    (tmp_path / "list.json").write_text("[1, 2]")
+    (tmp_path / "nan.json").write_text('{"model_type": "mamba2", "hidden_size": NaN}')
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    (tmp_path / "folder").mkdir()
+    return {
+        "latin1": str(tmp_path / "latin1.json"),
+        "broken": str(tmp_path / "broken.json"),
+        "list": str(tmp_path / "list.json"),
+        "nan": str(tmp_path / "nan.json"),
+        "deep": str(tmp_path / "deep.json"),
+        "missing": str(tmp_path / "missing.json"),
+        "folder": str(tmp_path / "folder"),
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("latin1", "is not UTF-8 text"),
+        ("broken", "is not JSON"),
+        ("list", "must hold a JSON object"),
+        ("nan", "NaN is not a JSON number"),
+        ("deep", "nests JSON too deeply"),
+        ("missing", "cannot read"),
+        ("folder", "cannot read"),  # a model folder without config.json
+    ],
+)
+def test_a_bad_config_file_names_the_flag(
+    name: str, message: str, files: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = refused(capsys, "plan", "--config", files[name], "--free-memory", "1GiB")
+    assert line.startswith("ssm-rollback plan: error: --config: ")
+    assert message in line
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b'{"seq": 0, "event": "token", "boundary": "caf\xe9"}\n', "not UTF-8 text (byte 45:"),
+        (b'{"seq": 0, "event": "token", "bondary": true}\n', "trace.jsonl:1: a 'token' event"),
+        (b'{"seq": 0, "event": "token"}\n{"seq": 0, "evnt": "rollback"}\n', "trace.jsonl:2: "),
+    ],
+)
+def test_a_bad_trace_names_the_flag_and_line(
+    content: bytes, message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "trace.jsonl"
+    path.write_bytes(content)
+    line = refused(capsys, "simulate", "--trace", str(path))
+    assert line.startswith("ssm-rollback simulate: error: --trace: ")
+    assert message in line
+
+
+def test_a_trace_folder_or_missing_trace_names_the_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert "--trace: " in refused(capsys, "simulate", "--trace", str(tmp_path))
+    assert "--trace: " in refused(capsys, "simulate", "--trace", str(tmp_path / "none"))
+
+
+# -- --plot ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def no_replay(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make any simulation fail the test: a bad --plot must be refused before one runs."""
+
+    def replay(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the simulation ran before --plot was checked")
+
+    monkeypatch.setattr(ssm_rollback._simulate, "replay", replay)
+
+
+@pytest.mark.usefixtures("no_replay")
+def test_a_plot_in_a_missing_folder_is_refused_before_simulating(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("matplotlib")
+    line = refused(capsys, "simulate", "--plot", str(tmp_path / "missing" / "x.png"))
+    assert "error: --plot: folder" in line
+    assert "does not exist" in line
+    assert "is a folder" in refused(capsys, "simulate", "--plot", str(tmp_path))
+
+
+@pytest.mark.usefixtures("no_replay")
+def test_a_plot_without_matplotlib_is_refused_before_simulating(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # not installed
+    line = refused(capsys, "simulate", "--plot", str(tmp_path / "x.png"))
+    assert "error: --plot: needs matplotlib" in line
+
+
+def test_any_plot_name_gets_a_png(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    plot = tmp_path / "depths.weird"
+    argv = ["simulate", "--depths", "0,2", "--sequences", "2", "--tokens", "20"]
+    assert main([*argv, "--plot", str(plot)], io.StringIO()) == 0
+    assert plot.read_bytes().startswith(b"\x89PNG")
+
+
+# -- a closed pipe --------------------------------------------------------------------------
+
+
+def test_a_closed_pipe_ends_quietly() -> None:
+    """``ssm-rollback ring | head -3``: the reader is gone before the output is written."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # no reader at all: the first write fails, deterministically
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "ssm_rollback", "ring"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (1, "")
+
+
+# -- demo model types -------------------------------------------------------------------------
+
+
+def test_demo_refuses_a_model_type_it_cannot_build(capsys: pytest.CaptureFixture[str]) -> None:
+    line = refused(capsys, "demo", "--model-type", "glm5_next_text")
+    assert "argument --model-type: invalid choice: 'glm5_next_text'" in line
+
+
+def test_demo_help_lists_exactly_the_model_types_it_builds(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from ssm_rollback.cli.demo import MODEL_TYPES
+
+    assert main(["demo", "--help"]) == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert ", ".join(MODEL_TYPES) in help_text
+    assert "glm5_next_text" not in help_text
