@@ -1,0 +1,265 @@
+"""Apply each hand-written mutant of ``mutants.py`` to a copy of the repository and run its tests.
+
+Usage (from the repository root, in the project's virtual environment)::
+
+    HYPOTHESIS_PROFILE=ci python tests/mutation/run_mutants.py [--jobs 2] [--only NAME ...]
+
+For every mutant: copy ``src/``, ``tests/``, ``docs/``, ``pyproject.toml`` and
+``README.md`` into ``<workdir>/<name>``, replace the mutant's original snippet
+(which must occur exactly once) in the copy, and run
+``python -m pytest -x -q -p no:cacheprovider <its test files>`` there with
+``PYTHONPATH=<copy>/src``. A pytest plugin loaded into that run writes the
+file ``ssm_rollback`` was imported from; a run that imported any other copy
+is an error, never a kill. Nothing under the checkout is modified.
+
+A mutant is *killed* when pytest fails, *timeout* when it ran past the
+per-mutant limit (counted as killed, and shown as such), *survived* when the
+tests pass. Mutants marked equivalent in ``mutants.py`` are run too but left
+out of the score. This file is not named ``test_*.py``: pytest never
+collects it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from mutants import MUTANTS, Mutant
+
+ROOT = Path(__file__).resolve().parents[2]
+COPIED = ("src", "tests", "docs", "pyproject.toml", "README.md")
+PLUGIN_DIR = "_mutation_plugin"
+PLUGIN = '''\
+"""Record which ssm_rollback this pytest run imported (written by run_mutants.py)."""
+
+import os
+
+
+def pytest_configure(config):
+    try:
+        import ssm_rollback
+
+        origin = ssm_rollback.__file__
+    except Exception as error:  # a mutant that breaks the import is still a kill
+        origin = f"import failed: {error!r}"
+    with open(os.environ["MUTANT_ORIGIN_FILE"], "w", encoding="utf-8") as f:
+        f.write(str(origin))
+'''
+FAILED = re.compile(r"^(FAILED|ERROR) (\S+)", re.MULTILINE)
+
+
+def copy_repository(dest: Path, rev: str | None, overlay: Sequence[str]) -> None:
+    """A fresh copy of what the tests need: the work tree's, or ``rev``'s plus ``overlay``."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    if rev is None:
+        names: Sequence[str] = COPIED
+    else:
+        present = subprocess.run(
+            ["git", "ls-tree", "--name-only", rev, *COPIED],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        archive = subprocess.run(
+            ["git", "archive", "--format=tar", rev, *present],
+            cwd=ROOT,
+            capture_output=True,
+            check=True,
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+        names = overlay
+    ignore = shutil.ignore_patterns("__pycache__", ".hypothesis", "*.pyc", ".pytest_cache")
+    for name in names:
+        source = ROOT / name
+        if source.is_dir():
+            shutil.copytree(source, dest / name, ignore=ignore, dirs_exist_ok=True)
+        elif source.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name)
+    plugin = dest / PLUGIN_DIR
+    plugin.mkdir()
+    (plugin / "mutant_origin.py").write_text(PLUGIN, encoding="utf-8")
+
+
+def apply_mutant(dest: Path, mutant: Mutant) -> None:
+    path = dest / "src" / "ssm_rollback" / mutant.module
+    text = path.read_text(encoding="utf-8")
+    count = text.count(mutant.original)
+    if count != 1:
+        raise SystemExit(
+            f"mutant {mutant.name}: the original snippet occurs {count} times in "
+            f"{mutant.module}, expected exactly once"
+        )
+    path.write_text(text.replace(mutant.original, mutant.replacement), encoding="utf-8")
+
+
+def run_one(
+    mutant: Mutant | None,
+    args: argparse.Namespace,
+    selection: tuple[tuple[str, ...], tuple[str, ...]] = ((), ()),
+) -> dict[str, object]:
+    """Copy, mutate, run; ``mutant=None`` is an unmutated run of ``selection``."""
+    if mutant is None:
+        tests, selector = list(selection[0]), list(selection[1])
+        name = f"baseline-{abs(hash(selection)) % 10**8}"
+    else:
+        tests, selector, name = list(mutant.tests), list(mutant.select), mutant.name
+    dest = args.workdir / name
+    copy_repository(dest, args.rev, args.overlay)
+    if mutant is not None:
+        apply_mutant(dest, mutant)
+    # A test file this tree does not have yet is left out (and shown in the output).
+    missing = [t for t in tests if not (dest / t).exists()]
+    tests = [t for t in tests if t not in missing]
+    origin_file = dest / ".origin"
+    env = dict(os.environ)
+    env.update(
+        PYTHONPATH=os.pathsep.join([str(dest / "src"), str(dest / PLUGIN_DIR)]),
+        MUTANT_ORIGIN_FILE=str(origin_file),
+        HYPOTHESIS_PROFILE=os.environ.get("HYPOTHESIS_PROFILE", "ci"),
+        OMP_NUM_THREADS="1",
+        PYTHONDONTWRITEBYTECODE="1",
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-x",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "mutant_origin",
+        *tests,
+        *selector,
+    ]
+    start = time.monotonic()
+    try:
+        done = subprocess.run(
+            command, cwd=dest, env=env, capture_output=True, text=True, timeout=args.timeout
+        )
+    except subprocess.TimeoutExpired:
+        status, rc, output = "timeout", None, ""
+    else:
+        rc, output = done.returncode, done.stdout + done.stderr
+        status = "survived" if rc == 0 else "killed"
+    seconds = round(time.monotonic() - start, 1)
+    origin = origin_file.read_text(encoding="utf-8") if origin_file.exists() else "(not written)"
+    inside = origin.startswith((str(dest / "src"), "import failed"))
+    if status != "timeout" and not inside:
+        status = "error"  # the run did not test this copy: never a kill
+    if status == "killed" and rc not in (1, 2):
+        status = "error"  # pytest itself broke (usage error, internal error)
+    killer = ""
+    if status == "killed":
+        found = FAILED.search(output)
+        killer = found.group(2) if found else f"pytest exit {rc}"
+    shutil.rmtree(dest, ignore_errors=True)
+    return {
+        "name": name,
+        "module": "-" if mutant is None else mutant.module,
+        "status": status,
+        "killer": killer,
+        "seconds": seconds,
+        "missing": missing,
+        "origin": origin,
+        "equivalent": "" if mutant is None else mutant.equivalent,
+        "tail": output[-3000:] if status in ("error", "survived") else "",
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=2, help="parallel runs (default 2)")
+    parser.add_argument("--only", nargs="*", default=[], help="run only these mutants")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per mutant")
+    parser.add_argument("--workdir", type=Path, default=Path("/tmp/mutants"))
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--rev", help="copy this commit instead of the work tree (git archive)")
+    parser.add_argument(
+        "--overlay",
+        nargs="*",
+        default=[],
+        help="with --rev: work-tree files copied over the commit's (new tests)",
+    )
+    parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    args = parser.parse_args(argv)
+
+    names = [m.name for m in MUTANTS]
+    if len(set(names)) != len(names):
+        raise SystemExit("mutant names must be unique")
+    if args.list:
+        for m in MUTANTS:
+            print(f"{m.name:40} {m.module:32} {'equivalent' if m.equivalent else ''}")
+        return 0
+    unknown = set(args.only) - set(names)
+    if unknown:
+        raise SystemExit(f"unknown mutants: {sorted(unknown)}")
+    chosen = [m for m in MUTANTS if not args.only or m.name in args.only]
+
+    jobs = max(1, min(args.jobs, 2))  # at most two: the machine is shared
+    results: list[dict[str, object]] = []
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        # Sanity first: every test selection passes unmutated, importing the copy's package.
+        selections = sorted({(m.tests, m.select) for m in chosen})
+        baselines = [pool.submit(run_one, None, args, s) for s in selections]
+        broken = False
+        for selection, future in zip(selections, baselines, strict=True):
+            base = future.result()
+            print(f"baseline {' '.join(selection[0] + selection[1])}: {base['status']}")
+            print(f"  ssm_rollback imported from {base['origin']}", flush=True)
+            if base["missing"]:
+                print(f"  left out, not in this tree: {base['missing']}")
+            if base["status"] != "survived":
+                print(base["tail"])
+                broken = True
+        if broken:
+            return 2
+        futures = [pool.submit(run_one, m, args) for m in chosen]
+        for future in futures:
+            result = future.result()
+            results.append(result)
+            print(f"{result['name']:40} {result['status']:9} {result['seconds']:7}s", flush=True)
+
+    print()
+    print(f"{'mutant':40} {'module':32} {'result':10} killing test")
+    for r in results:
+        status = str(r["status"])
+        if r["equivalent"]:
+            status = "equivalent" if status == "survived" else f"EQUIV?{status}"
+        print(f"{r['name']!s:40} {r['module']!s:32} {status:10} {r['killer']}")
+    meaningful = [r for r in results if not r["equivalent"]]
+    killed = [r for r in meaningful if r["status"] in ("killed", "timeout")]
+    timeouts = [r for r in meaningful if r["status"] == "timeout"]
+    errors = [r for r in results if r["status"] == "error"]
+    survived = [r for r in meaningful if r["status"] == "survived"]
+    equivalent = [r for r in results if r["equivalent"]]
+    score = 100.0 * len(killed) / len(meaningful) if meaningful else 0.0
+    print()
+    print(
+        f"score: {len(killed)}/{len(meaningful)} meaningful mutants killed ({score:.1f}%), "
+        f"{len(timeouts)} of them by timeout; {len(equivalent)} equivalent left out"
+    )
+    for r in survived:
+        print(f"SURVIVED {r['name']}:\n{r['tail']}")
+    for r in errors:
+        print(f"ERROR {r['name']} (ssm_rollback from {r['origin']}):\n{r['tail']}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2), encoding="utf-8")
+    return 0 if not errors and not survived else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

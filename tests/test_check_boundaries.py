@@ -1,0 +1,131 @@
+"""Exact boundaries of every check: the cases hand-made mutants showed no other test pinned.
+
+Each test names the bug class it pins. ``tests/mutation/`` holds the mutants
+and the script that shows each of these tests killing its mutant.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ssm_rollback import (
+    InvalidArgumentError,
+    InvariantError,
+    SsmDecodeRing,
+    SsmSnapshotRestore,
+    SsmSnapshotSave,
+    apply_effects,
+    rollback_to_boundary,
+)
+from ssm_rollback.backends.fake import FakeSnapshotPool
+from ssm_rollback.reserve import (
+    DepthRule,
+    decode_rollback_ring_slots,
+    shipped_config,
+    state_spec_from_hf_config,
+)
+
+Save, Restore = SsmSnapshotSave, SsmSnapshotRestore
+
+
+def ring_with(capacity: int, *positions: int) -> SsmDecodeRing:
+    ring = SsmDecodeRing(capacity)
+    for position in positions:
+        ring.record(position)
+    return ring
+
+
+def _corrupt(ring: SsmDecodeRing, field: str, value: object) -> None:
+    # Reaching into private state is the only way to break a correct ring.
+    object.__setattr__(ring, field, value)
+
+
+# -- apply_effects: row ids equal to the count ------------------------------------------------
+
+
+def test_a_row_equal_to_num_sequences_is_refused_before_any_copy() -> None:
+    """Off by one in apply_effects' row bound (``seq >= rows`` as ``seq > rows``)."""
+    pool = FakeSnapshotPool(2, 2)
+    # A ring for the bad row too: only the bound can refuse it.
+    rings = [SsmDecodeRing(2) for _ in range(3)]
+    with pytest.raises(InvalidArgumentError, match=r"'effects\[1\]\.seq' must be < the pool's"):
+        apply_effects(pool, [Save(0, 0, 1, 1), Save(2, 0, 1, 2)], rings)
+    with pytest.raises(InvalidArgumentError, match=r"'effects\[1\]\.seq' must be < the pool's"):
+        apply_effects(pool, [Save(0, 0, 1, 1), Restore(2, 0, 1, 2)], rings)
+    assert pool.save_calls == 0
+
+
+def test_a_slot_equal_to_slots_per_sequence_is_refused_before_any_copy() -> None:
+    """Off by one in apply_effects' slot bound (``slot >= slots`` as ``slot > slots``)."""
+    pool = FakeSnapshotPool(2, 2)
+    rings = [SsmDecodeRing(2) for _ in range(2)]
+    with pytest.raises(InvalidArgumentError, match=r"'effects\[1\]\.slot' must be < the pool's"):
+        apply_effects(pool, [Save(0, 0, 1, 1), Restore(1, 2, 1, 2)], rings)
+    assert pool.save_calls == 0
+
+
+def test_a_saved_row_equal_to_the_number_of_rings_is_a_library_error() -> None:
+    """Off by one in the ring lookup (``seq < len(rings)`` as ``<=``: a bare ``IndexError``)."""
+    pool = FakeSnapshotPool(3, 2)
+    rings = [SsmDecodeRing(2) for _ in range(2)]
+    with pytest.raises(InvalidArgumentError, match="got none for seq 2"):
+        apply_effects(pool, [Save(2, 0, 1, 1)], rings)
+    assert pool.save_calls == 0
+
+
+# -- rollback_to_boundary ----------------------------------------------------------------------
+
+
+def test_a_snapshot_one_past_the_current_length_is_a_bookkeeping_error() -> None:
+    """Off by one in the ``current_len`` guard: a ring one token ahead must raise."""
+    ring = ring_with(2, 7)
+    with pytest.raises(InvalidArgumentError, match="'current_len' must be >= every live"):
+        rollback_to_boundary(ring, [3], seq=0, current_len=6)
+    assert ring.snapshot_positions() == (7,)
+
+
+def test_the_first_boundary_is_validated() -> None:
+    """``boundaries[0]`` never read through the checks: ``[-1, 5]`` must not give keep_len -1."""
+    ring = ring_with(2, 5)
+    for hybrid in (True, False):
+        with pytest.raises(InvalidArgumentError, match=r"'boundaries\[0\]' must be an int >= 0"):
+            rollback_to_boundary(ring, [-1, 5], seq=0, current_len=6, at_most=3, hybrid=hybrid)
+    assert ring.snapshot_positions() == (5,)
+
+
+def test_the_pair_at_indices_0_and_1_is_validated() -> None:
+    """The order check skipping the first pair (``index > 0`` as ``index > 1``)."""
+    ring = ring_with(2, 3)
+    for boundaries in ([-1, 5], [5, 3]):
+        for hybrid in (True, False):
+            with pytest.raises(InvalidArgumentError, match=r"boundaries\[0\]"):
+                rollback_to_boundary(ring, boundaries, seq=0, current_len=6, hybrid=hybrid)
+    assert ring.snapshot_positions() == (3,)
+
+
+# -- the ring's invariant checker ---------------------------------------------------------------
+
+
+def test_check_valid_refuses_a_slot_equal_to_the_capacity() -> None:
+    """Off by one in check_valid's slot range: slot ``capacity`` is outside ``[0, capacity)``."""
+    ring = ring_with(3, 1, 2)
+    tickets = dict(ring._ticket_of)
+    tickets[3] = tickets.pop(1)
+    _corrupt(ring, "_slot_of", {1: 0, 2: 3})
+    _corrupt(ring, "_owner_of", {0: 1, 3: 2})
+    _corrupt(ring, "_ticket_of", tickets)
+    with pytest.raises(InvariantError, match=r"slot 3 outside \[0, 3\)"):
+        ring.check_valid()
+
+
+# -- the ring depth policy -----------------------------------------------------------------------
+
+
+def test_a_fit_of_exactly_max_slots_is_the_maximum_rule() -> None:
+    """Off by one in the policy (``fit >= max_slots`` as ``>``): a fit of exactly 8 is MAXIMUM."""
+    spec = state_spec_from_hf_config(shipped_config("nemotron-h-8b"))
+    per = spec.bytes_per_snapshot
+    exact = decode_rollback_ring_slots(spec, max_sequences=4, free_bytes=8 * 4 * per, env={})
+    assert (exact.slots, exact.rule, exact.fit) == (8, DepthRule.MAXIMUM, 8)
+    short = decode_rollback_ring_slots(spec, max_sequences=4, free_bytes=8 * 4 * per - 1, env={})
+    assert (short.slots, short.rule, short.fit) == (7, DepthRule.MEMORY, 7)
