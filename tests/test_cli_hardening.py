@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import pytest
 
 import ssm_rollback._simulate
 from ssm_rollback.cli import main
-from ssm_rollback.reserve import ENV_VAR
+from ssm_rollback.reserve import ENV_VAR, shipped_config
 
 PLAN = ("plan", "--model", "nemotron-h-8b", "--free-memory", "20GiB")
 
@@ -276,3 +277,13 @@ def test_demo_help_lists_exactly_the_model_types_it_builds(
     help_text = " ".join(capsys.readouterr().out.split())
     assert ", ".join(MODEL_TYPES) in help_text
     assert "glm5_next_text" not in help_text
+
+
+def test_a_file_name_that_is_not_utf8_prints_escaped(tmp_path: Path) -> None:
+    """A non-UTF-8 name reaches argv as surrogates, which a strict stdout cannot encode."""
+    path = os.fsdecode(os.fsencode(tmp_path) + b"/\xff.json")
+    Path(path).write_text(json.dumps(shipped_config("mamba2-2.7b")))
+    out = io.StringIO()
+    assert main(["plan", "--config", path, "--free-memory", "1GiB"], out=out) == 0
+    out.getvalue().encode("utf-8")  # no lone surrogate left to fail a strict stream
+    assert "\\udcff.json: mamba2" in out.getvalue()

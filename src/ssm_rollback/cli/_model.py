@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Final
 
-from ._common import FlagError, int_flag, read_json_file
+from ._common import FlagError, int_flag, one_line, read_json_file
 
 if TYPE_CHECKING:
     from ..reserve import SsmStateSpec
@@ -44,7 +44,7 @@ def load_spec(args: argparse.Namespace) -> tuple[str, SsmStateSpec]:
         config = read_json_file("--config", args.config, directory_file="config.json")
         if not isinstance(config, dict):
             raise FlagError("--config", f"{args.config!r} must hold a JSON object")
-        name = str(args.config)
+        name = one_line(args.config)  # printed: no surrogates from a non-UTF-8 file name
     else:
         args.source = f"--model {args.model}"
         config, name = shipped_config(args.model), args.model

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final, TextIO
 
 from .._errors import InvalidArgumentError
-from ._common import FlagError, human, int_flag, progress_bar, rate_flag
+from ._common import FlagError, human, int_flag, one_line, progress_bar, rate_flag
 from ._model import MODEL_FLAGS, add_model_arguments, load_spec
 
 if TYPE_CHECKING:
@@ -132,7 +132,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             file=out,
         )
     if args.plot is not None:
-        print(f"plot written to {args.plot}", file=out)
+        print(f"plot written to {one_line(args.plot)}", file=out)
     return 0
 
 
@@ -141,7 +141,7 @@ def _events(args: argparse.Namespace) -> tuple[list[TraceEvent], str]:
 
     if args.trace is not None:
         try:
-            return read_trace(args.trace), f"trace {args.trace}"
+            return read_trace(args.trace), f"trace {one_line(args.trace)}"
         except InvalidArgumentError as error:
             raise FlagError("--trace", str(error)) from None
     if args.sequences * args.tokens > MAX_EVENTS:
