@@ -180,19 +180,33 @@ def test_the_op_count_of_a_save_or_restore_does_not_grow_with_the_batch() -> Non
     case = Case("cpu", torch.float32, 0)
     pool = TorchSnapshotPool(make_states(case, 1_024), 2)
     tensors = len(pool.live_states)
-    one = count_ops(lambda: pool.save([SsmSnapshotSave(7, 0, 1, 1)]))
     everyone = list(range(1_024))
     torch.manual_seed(0)
     shuffled = [everyone[i] for i in torch.randperm(1_024).tolist()]
+    scattered = everyone[::3]
+    pool.save([SsmSnapshotSave(s, 0, 3, 3) for s in scattered])  # warm: the scratch grows once
+    # A range of rows, in any order: one op per tensor on a view of the live rows.
+    one = count_ops(lambda: pool.save([SsmSnapshotSave(7, 0, 1, 1)]))
     many = count_ops(lambda: pool.save([SsmSnapshotSave(s, 1, 2, 2) for s in shuffled]))
-    scattered = count_ops(lambda: pool.save([SsmSnapshotSave(s, 0, 3, 3) for s in everyone[::3]]))
-    assert len(one) == len(many) == len(scattered) <= 2 * tensors + 3
+    assert len(one) == len(many) <= 2 * tensors + 3
     assert one.count("aten.index_copy_.default") == tensors
+    # Scattered rows: a gather into the kept scratch buffer, then one scatter per tensor.
+    two = count_ops(lambda: pool.save([SsmSnapshotSave(s, 0, 4, 4) for s in (3, 9)]))
+    third = count_ops(lambda: pool.save([SsmSnapshotSave(s, 0, 5, 5) for s in scattered]))
+    assert len(two) == len(third) <= 4 * tensors + 3
+    assert third.count("aten.index_copy_.default") == tensors
+    assert not [op for op in third if "empty" in op]  # nothing allocated once warm
     restore_one = count_ops(lambda: pool.restore([SsmSnapshotRestore(7, 0, 1, 1)]))
     restore_many = count_ops(
         lambda: pool.restore([SsmSnapshotRestore(s, 1, 2, 2) for s in shuffled])
     )
     assert len(restore_one) == len(restore_many) <= 2 * tensors + 3
+    restore_two = count_ops(lambda: pool.restore([SsmSnapshotRestore(s, 0, 5, 5) for s in (3, 9)]))
+    restore_third = count_ops(
+        lambda: pool.restore([SsmSnapshotRestore(s, 0, 5, 5) for s in scattered])
+    )
+    assert len(restore_two) == len(restore_third) <= 4 * tensors + 3
+    assert not [op for op in restore_third if "empty" in op]
 
 
 def test_stacked_layers_are_one_copy_per_tensor_not_per_layer() -> None:
@@ -240,8 +254,8 @@ def test_a_copy_that_raises_leaves_the_batch_holding_nothing() -> None:
     good = torch.zeros(4, 3)
     pool = TorchSnapshotPool([good, torch.zeros(4, 2)], 1)
     pool.save([SsmSnapshotSave(0, 0, 1, 1)])
-    live_rows, _ = pool._pairs[1]
-    pool._pairs = (pool._pairs[0], (live_rows, live_rows[:1].clone()))  # too small: copy fails
+    live_rows, _ = pool._copier._pairs[1]
+    pool._copier._pairs = (pool._copier._pairs[0], (live_rows, live_rows[:1].clone()))  # too small: copy fails
     with pytest.raises(IndexError):
         pool.save([SsmSnapshotSave(0, 0, 2, 2), SsmSnapshotSave(3, 0, 2, 2)])
     assert pool.stored_position(0, 0) is None
@@ -310,11 +324,11 @@ def test_a_contiguous_range_of_rows_is_restored_in_place_exactly(case: Case) -> 
 
 def test_rows_are_copied_as_wide_integers_when_the_layout_allows() -> None:
     pool = TorchSnapshotPool([torch.zeros(4, 3, 8, dtype=torch.bfloat16)], 2)
-    live_rows, storage_rows = pool._pairs[0]
+    live_rows, storage_rows = pool._copier._pairs[0]
     assert (live_rows.dtype, tuple(live_rows.shape)) == (torch.int64, (4, 6))
     assert tuple(storage_rows.shape) == (8, 6)
     odd = TorchSnapshotPool([torch.zeros(4, 3, dtype=torch.float16)], 2)  # 6-byte rows
-    assert odd._pairs[0][0].dtype == torch.int16
+    assert odd._copier._pairs[0][0].dtype == torch.int16
 
 
 # -- memory the pool no longer owns ---------------------------------------------------

@@ -4,10 +4,11 @@ Snapshot storage for every row and slot is allocated once, beside each live
 state tensor: for a live tensor whose ``batch_dim`` has ``num_sequences``
 rows, the storage tensor has ``num_sequences * slots_per_sequence`` rows on
 that dim (snapshot ``(seq, slot)`` is row ``seq * slots_per_sequence +
-slot``), same device, same dtype. A step's saves are one ``index_copy_`` per
-state tensor; a step's restores one ``index_select`` and one ``index_copy_``
-per state tensor: the work in torch calls depends on the number of state
-tensors, never on the number of sequences or layers stacked in a tensor.
+slot``), same device, same dtype. A step's saves, and a step's restores, are
+one or two batched ops per state tensor (``_torch_copy`` says which): the
+work in torch calls depends on the number of state tensors, never on the
+number of sequences or layers stacked in a tensor, and once warm nothing is
+allocated per call.
 
 No host-device synchronisation happens in ``save`` or ``restore``: every
 decision is made on the host from the effects' Python ints (the position
@@ -17,7 +18,6 @@ device with ``non_blocking=True`` from pinned memory.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from typing import Final, final
 
@@ -27,6 +27,7 @@ from .._effects import SaveBatch, SsmSnapshotRestore, SsmSnapshotSave
 from .._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int
 from .._slots import PoolBase
 from ..pool import SaveOutcome
+from ._torch_copy import Copier
 
 __all__ = ["SUPPORTED_DTYPES", "TorchSnapshotPool"]
 
@@ -128,7 +129,6 @@ class TorchSnapshotPool(PoolBase):
         self._memory = tuple(_fingerprint(t) for t in self._live)
         self._batch_dim = batch_dim
         self._device = self._live[0].device
-        self._pin = self._device.type == "cuda"
         try:
             self._storage: tuple[torch.Tensor, ...] = tuple(
                 torch.empty(_storage_shape(t, batch_dim, slots), dtype=t.dtype, device=t.device)
@@ -143,9 +143,12 @@ class TorchSnapshotPool(PoolBase):
         # The copies run on views of live and storage as rows of the widest
         # integer that divides a row: bitwise the same, several times fewer
         # elements for the index kernels to move one by one.
-        self._pairs: tuple[tuple[torch.Tensor, torch.Tensor], ...] = tuple(
-            _row_views(live, storage, batch_dim)
-            for live, storage in zip(self._live, self._storage, strict=True)
+        self._copier = Copier(
+            tuple(
+                _row_views(live, storage, batch_dim)
+                for live, storage in zip(self._live, self._storage, strict=True)
+            ),
+            batch_dim,
         )
 
     # -- sizes ---------------------------------------------------------------
@@ -222,60 +225,18 @@ class TorchSnapshotPool(PoolBase):
                 )
 
     def _copy_saves(self, rows: list[int], flat: list[int]) -> None:
-        rows, slots, contiguous = _ascending_rows(rows, flat)
-        slot_index, row_index = self._indices(slots, rows)
-        dim = self._batch_dim
         with torch.no_grad():
-            for live, storage in self._pairs:
-                if contiguous:  # the live rows as a view: no gather
-                    source = live.narrow(dim, rows[0], len(rows))
-                else:
-                    source = live.index_select(dim, row_index)
-                storage.index_copy_(dim, slot_index, source)
+            self._copier.save(rows, flat)
 
     def _copy_restores(self, rows: list[int], flat: list[int]) -> None:
-        rows, slots, contiguous = _ascending_rows(rows, flat)
-        row_index, slot_index = self._indices(rows, slots)
-        dim = self._batch_dim
         with torch.no_grad():
-            for live, storage in self._pairs:
-                if contiguous:  # gather straight into the live rows: one pass, no temporary
-                    out = live.narrow(dim, rows[0], len(rows))
-                    torch.index_select(storage, dim, slot_index, out=out)
-                else:
-                    live.index_copy_(dim, row_index, storage.index_select(dim, slot_index))
-
-    def _indices(
-        self, destination: list[int], source: list[int]
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Both index lists as int64 tensors on the pool's device, sent without a host sync.
-
-        One host tensor and (off the CPU) one non-blocking transfer per call,
-        whatever the batch size.
-        """
-        host = torch.tensor([destination, source], dtype=torch.int64, pin_memory=self._pin)
-        device = host if self._device.type == "cpu" else host.to(self._device, non_blocking=True)
-        return device[0], device[1]
+            self._copier.restore(rows, flat)
 
 
 def _storage_shape(live: torch.Tensor, batch_dim: int, slots: int) -> tuple[int, ...]:
     shape = list(live.shape)
     shape[batch_dim] *= slots
     return tuple(shape)
-
-
-def _ascending_rows(rows: list[int], flat: list[int]) -> tuple[list[int], list[int], bool]:
-    """``rows`` ascending with ``flat`` in the same order, and whether they are a range.
-
-    Sorted and tested here, together: a range test on rows in any other
-    order would copy into the wrong rows.
-    """
-    if any(a > b for a, b in itertools.pairwise(rows)):
-        order = sorted(range(len(rows)), key=rows.__getitem__)
-        rows, flat = [rows[k] for k in order], [flat[k] for k in order]
-    # Rows are unique (the batch check refuses a row twice), so ascending rows
-    # spanning exactly len(rows) values are a range.
-    return rows, flat, rows[-1] - rows[0] + 1 == len(rows)
 
 
 _ROW_DTYPES: Final = (torch.int64, torch.int32, torch.int16, torch.uint8)
