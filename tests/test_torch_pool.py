@@ -254,8 +254,10 @@ def test_a_copy_that_raises_leaves_the_batch_holding_nothing() -> None:
     good = torch.zeros(4, 3)
     pool = TorchSnapshotPool([good, torch.zeros(4, 2)], 1)
     pool.save([SsmSnapshotSave(0, 0, 1, 1)])
-    live_rows, _ = pool._copier._pairs[1]
-    pool._copier._pairs = (pool._copier._pairs[0], (live_rows, live_rows[:1].clone()))  # too small: copy fails
+    pairs = pool._copier._pairs
+    live_rows = pairs[1][0]
+    # A storage too small for the second tensor: its copy raises after the first copied.
+    pool._copier._pairs = (pairs[0], (live_rows, live_rows[:1].clone()))
     with pytest.raises(IndexError):
         pool.save([SsmSnapshotSave(0, 0, 2, 2), SsmSnapshotSave(3, 0, 2, 2)])
     assert pool.stored_position(0, 0) is None
