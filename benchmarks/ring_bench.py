@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from ssm_rollback import SsmDecodeRing
+from ssm_rollback import SsmDecodeRing, rollback_to_boundary
 from ssm_rollback.testing import ReferenceRing
 
 CAPACITIES = (1, 8, 64, 256)
@@ -96,6 +96,27 @@ def measure(ops: int, rounds: int) -> dict[tuple[str, int], tuple[float, float]]
     return results
 
 
+def time_rollback(capacity: int, ops: int) -> float:
+    """ns per ``rollback_to_boundary`` on a full ring whose newest snapshot is the hit."""
+    ring = SsmDecodeRing(capacity)
+    for position in range(1, capacity + 1):
+        ring.record(position)
+    boundaries = list(range(1, capacity + 1))
+    start = time.perf_counter_ns()
+    for _ in range(ops):
+        rollback_to_boundary(ring, boundaries, seq=0, current_len=capacity)
+    return (time.perf_counter_ns() - start) / ops
+
+
+def rollback_figures(ops: int, rounds: int) -> dict[int, float]:
+    """Capacity -> median ns of a rollback whose target is the newest snapshot."""
+    times: dict[int, list[float]] = {8: [], 1_024: []}
+    for _ in range(rounds):  # interleaved
+        for capacity, values in times.items():
+            values.append(time_rollback(capacity, ops))
+    return {capacity: statistics.median(values) for capacity, values in times.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="tiny run, only checks it works")
@@ -110,6 +131,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<18} {capacity:>8} {ours:>9.0f} {theirs:>9.0f} {theirs / ours:>6.1f}x")
     flat = results["record", 256][0] / results["record", 8][0]
     print(f"\nrecord at capacity 256 / at capacity 8: {flat:.2f} (goal: at most 1.5)")
+    rollback = rollback_figures(ops // 10 or 1, rounds)
+    print(
+        f"rollback_to_boundary, newest snapshot the hit: {rollback[8]:.0f} ns at capacity 8, "
+        f"{rollback[1_024]:.0f} ns at capacity 1,024, ratio {rollback[1_024] / rollback[8]:.2f} "
+        f"(goal: at most 2)"
+    )
     return 0
 
 
