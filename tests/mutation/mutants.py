@@ -81,6 +81,7 @@ SLOTS = "_slots.py"
 EFFECTS = "_effects.py"
 FAKE_MOD = "backends/fake.py"
 TORCH_MOD = "backends/torch.py"
+TORCH_COPY = "backends/_torch_copy.py"
 HF_MOD = "integrations/transformers.py"
 RESERVE_MOD = "reserve.py"
 
@@ -814,35 +815,58 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     # -- backends/torch.py --------------------------------------------------------------------
     _m(
-        "torch_sort_dropped",
-        TORCH_MOD,
-        "    if any(a > b for a, b in itertools.pairwise(rows)):",
-        "    if False:",
+        "torch_copy_range_order_trusted",
+        TORCH_COPY,
+        "    if rows == list(range(first, first + count)):\n",
+        "    if True:\n",
         TORCH,
     ),
     _m(
-        "torch_sort_on_equal",
-        TORCH_MOD,
-        "    if any(a > b for a, b in itertools.pairwise(rows)):",
-        "    if any(a >= b for a, b in itertools.pairwise(rows)):",
-        TORCH,
-        equivalent=(
-            "rows are unique (SlotTags refuses a row twice per batch), so no adjacent pair is "
-            "equal; and a stable sort of an already ascending list changes nothing anyway"
-        ),
-    ),
-    _m(
-        "torch_sort_flat_not_permuted",
-        TORCH_MOD,
-        "rows, flat = [rows[k] for k in order], [flat[k] for k in order]",
-        "rows, flat = [rows[k] for k in order], flat",
+        "torch_copy_range_test_off_by_one",
+        TORCH_COPY,
+        "    if max(rows) - first + 1 != count:",
+        "    if max(rows) - first != count:",
         TORCH,
     ),
     _m(
-        "torch_range_test_off_by_one",
-        TORCH_MOD,
-        "return rows, flat, rows[-1] - rows[0] + 1 == len(rows)",
-        "return rows, flat, rows[-1] - rows[0] == len(rows)",
+        "torch_copy_save_range_from_row_0",
+        TORCH_COPY,
+        "storage.index_copy_(dim, slots, live.narrow(dim, first, len(rows)))",
+        "storage.index_copy_(dim, slots, live.narrow(dim, 0, len(rows)))",
+        TORCH,
+    ),
+    _m(
+        "torch_copy_restore_range_from_row_0",
+        TORCH_COPY,
+        "out=live.narrow(dim, first, len(rows))",
+        "out=live.narrow(dim, 0, len(rows))",
+        TORCH,
+    ),
+    _m(
+        "torch_copy_scattered_save_indices_swapped",
+        TORCH_COPY,
+        "        row_index, slot_index = self._indices(rows, flat)\n"
+        "        for i, (live, storage) in enumerate(self._pairs):\n"
+        "            gathered = self._scratch_for(i, live, len(rows))\n"
+        "            torch.index_select(live, dim, row_index, out=gathered)",
+        "        slot_index, row_index = self._indices(rows, flat)\n"
+        "        for i, (live, storage) in enumerate(self._pairs):\n"
+        "            gathered = self._scratch_for(i, live, len(rows))\n"
+        "            torch.index_select(live, dim, row_index, out=gathered)",
+        TORCH,
+    ),
+    _m(
+        "torch_copy_scratch_rows_on_dim_0",
+        TORCH_COPY,
+        "        shape[self._dim] = count",
+        "        shape[0] = count",
+        TORCH,
+    ),
+    _m(
+        "torch_copy_order_off_by_one",
+        TORCH_COPY,
+        "        order[row - first] = slot",
+        "        order[(row - first + 1) % count] = slot",
         TORCH,
     ),
     _m(
@@ -871,27 +895,6 @@ MUTANTS: tuple[Mutant, ...] = (
         TORCH_MOD,
         "return (tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype, tensor.device)",
         "return (tensor.data_ptr(), torch.Size(), tensor.stride(), tensor.dtype, tensor.device)",
-        TORCH,
-    ),
-    _m(
-        "torch_restore_range_from_row_0",
-        TORCH_MOD,
-        "                    out = live.narrow(dim, rows[0], len(rows))",
-        "                    out = live.narrow(dim, 0, len(rows))",
-        TORCH,
-    ),
-    _m(
-        "torch_save_range_from_row_0",
-        TORCH_MOD,
-        "                    source = live.narrow(dim, rows[0], len(rows))",
-        "                    source = live.narrow(dim, 0, len(rows))",
-        TORCH,
-    ),
-    _m(
-        "torch_save_indices_swapped",
-        TORCH_MOD,
-        "slot_index, row_index = self._indices(slots, rows)",
-        "row_index, slot_index = self._indices(slots, rows)",
         TORCH,
     ),
     _m(

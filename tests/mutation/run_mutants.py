@@ -93,16 +93,15 @@ def copy_repository(dest: Path, rev: str | None, overlay: Sequence[str]) -> None
     (plugin / "mutant_origin.py").write_text(PLUGIN, encoding="utf-8")
 
 
-def apply_mutant(dest: Path, mutant: Mutant) -> None:
+def apply_mutant(dest: Path, mutant: Mutant) -> str:
+    """Mutate the copy; return why not (the code moved on) or ``""``."""
     path = dest / "src" / "ssm_rollback" / mutant.module
-    text = path.read_text(encoding="utf-8")
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
     count = text.count(mutant.original)
     if count != 1:
-        raise SystemExit(
-            f"mutant {mutant.name}: the original snippet occurs {count} times in "
-            f"{mutant.module}, expected exactly once"
-        )
+        return f"the original snippet occurs {count} times in {mutant.module}, expected once"
     path.write_text(text.replace(mutant.original, mutant.replacement), encoding="utf-8")
+    return ""
 
 
 def run_one(
@@ -118,8 +117,20 @@ def run_one(
         tests, selector, name = list(mutant.tests), list(mutant.select), mutant.name
     dest = args.workdir / name
     copy_repository(dest, args.rev, args.overlay)
-    if mutant is not None:
-        apply_mutant(dest, mutant)
+    stale = "" if mutant is None else apply_mutant(dest, mutant)
+    if stale:
+        shutil.rmtree(dest, ignore_errors=True)
+        return {
+            "name": name,
+            "module": mutant.module if mutant else "-",
+            "status": "error",
+            "killer": "",
+            "seconds": 0.0,
+            "missing": [],
+            "origin": "",
+            "equivalent": mutant.equivalent if mutant else "",
+            "tail": stale,
+        }
     # A test file this tree does not have yet is left out (and shown in the output).
     missing = [t for t in tests if not (dest / t).exists()]
     tests = [t for t in tests if t not in missing]
@@ -196,6 +207,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     args = parser.parse_args(argv)
+    if args.rev is not None:  # one commit for every copy, even if the branch moves meanwhile
+        args.rev = subprocess.run(
+            ["git", "rev-parse", "--verify", f"{args.rev}^{{commit}}"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        print(f"mutating commit {args.rev}")
 
     names = [m.name for m in MUTANTS]
     if len(set(names)) != len(names):
