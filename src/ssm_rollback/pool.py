@@ -109,31 +109,25 @@ def _check_pool(pool: object) -> SnapshotPool:
 
 @attrs.define
 class _Run:
-    """Consecutive effects of one kind: one call to the pool. One of the lists is empty.
+    """Consecutive effects of one kind: one call to the pool. One of them is empty.
 
-    A save run keeps its pieces (single saves and whole ``SaveBatch`` es) and
-    the index in ``effects`` of each; ``batch()`` hands the pool one value.
+    A save run keeps its rows as four columns, filled as the effects are read,
+    and its pieces (single saves and whole ``SaveBatch`` es) only to name a
+    bad one; ``batch()`` hands the pool one ``SaveBatch``.
     """
 
     first: int
     saves: list[SsmSnapshotSave | SaveBatch] = attrs.field(factory=list)
     restores: list[SsmSnapshotRestore] = attrs.field(factory=list)
+    seqs: list[int] = attrs.field(factory=list)
+    slots: list[int] = attrs.field(factory=list)
+    positions: list[int] = attrs.field(factory=list)
+    tickets: list[int] = attrs.field(factory=list)
 
-    def batch(self) -> Sequence[SsmSnapshotSave] | SaveBatch:
-        pieces = self.saves
-        if len(pieces) == 1 and type(pieces[0]) is SaveBatch:
-            return pieces[0]
-        if not any(type(piece) is SaveBatch for piece in pieces):
-            return cast(list[SsmSnapshotSave], pieces)
-        columns: tuple[list[int], list[int], list[int], list[int]] = ([], [], [], [])
-        for piece in pieces:
-            if isinstance(piece, SaveBatch):
-                parts = (piece.seqs, piece.slots, piece.positions, piece.tickets)
-            else:
-                parts = ((piece.seq,), (piece.slot,), (piece.token_position,), (piece.ticket,))
-            for column, part in zip(columns, parts, strict=True):
-                column.extend(part)
-        return SaveBatch._trusted(*columns)  # every piece's values were checked when made
+    def batch(self) -> SaveBatch:
+        # Every value was checked when its effect was made, and the rows
+        # against the pool in _check_runs: the pool need not look again.
+        return SaveBatch._trusted(self.seqs, self.slots, self.positions, self.tickets)
 
 
 def _runs(effects: Iterable[Effect]) -> list[_Run]:
@@ -143,18 +137,39 @@ def _runs(effects: Iterable[Effect]) -> list[_Run]:
             f"'effects' must be an iterable of effects, got {type(effects).__name__}"
         )
     runs: list[_Run] = []
+    run = _Run(-1)
     saving: bool | None = None
+    # Bound once per run, not per effect: this loop sees every save of a step.
+    add_save = run.saves.append
+    add_seq = add_slot = add_position = add_ticket = run.seqs.append
     for i, effect in enumerate(effects):
-        if type(effect) is SsmSnapshotSave or type(effect) is SaveBatch:
+        if isinstance(effect, SsmSnapshotSave):
             if saving is not True:
-                runs.append(_Run(i))
+                runs.append(run := _Run(i))
                 saving = True
-            runs[-1].saves.append(effect)
-        elif type(effect) is SsmSnapshotRestore:
+                add_save, add_seq, add_slot = run.saves.append, run.seqs.append, run.slots.append
+                add_position, add_ticket = run.positions.append, run.tickets.append
+            add_save(effect)
+            add_seq(effect.seq)
+            add_slot(effect.slot)
+            add_position(effect.token_position)
+            add_ticket(effect.ticket)
+        elif isinstance(effect, SaveBatch):
+            if saving is not True:
+                runs.append(run := _Run(i))
+                saving = True
+                add_save, add_seq, add_slot = run.saves.append, run.seqs.append, run.slots.append
+                add_position, add_ticket = run.positions.append, run.tickets.append
+            add_save(effect)
+            run.seqs.extend(effect.seqs)
+            run.slots.extend(effect.slots)
+            run.positions.extend(effect.positions)
+            run.tickets.extend(effect.tickets)
+        elif isinstance(effect, SsmSnapshotRestore):
             if saving is not False:
-                runs.append(_Run(i))
+                runs.append(run := _Run(i))
                 saving = False
-            runs[-1].restores.append(effect)
+            run.restores.append(effect)
         else:
             raise InvalidArgumentTypeError(
                 f"'effects[{i}]' must be an SsmSnapshotSave, SaveBatch or SsmSnapshotRestore, "
@@ -177,69 +192,67 @@ def _rows_of(
     return [(f"effects[{i}]", piece.seq, piece.slot, piece.token_position, piece.ticket)]
 
 
-def _check_runs(
-    pool: SnapshotPool, runs: list[_Run], ring_for: Callable[[int], SsmDecodeRing | None]
-) -> None:
+def _check_runs(pool: SnapshotPool, runs: list[_Run], rings: Rings) -> None:
     """Check every effect of every run before the first copy; raise naming ``effects[i]``.
 
-    Restores are checked against what their slots will hold once the saves
-    before them in this call are written.
+    A save run is checked over its columns at C speed, and row by row only
+    to name what failed. Restores are checked against what their slots will
+    hold once the saves before them in this call are written.
     """
     rows, slots = pool.num_sequences, pool.slots_per_sequence
     # (seq, slot) -> (position, ticket) it will hold once the earlier saves ran.
     pending: dict[tuple[int, int], tuple[int | None, int | None]] = {}
     has_restores = any(run.restores for run in runs)
     for run in runs:
+        if run.saves:
+            if not _saves_fit(run, rows, slots, rings):
+                _name_bad_save(run, rows, slots, _ring_lookup(rings))
+            if has_restores:
+                keys = zip(run.seqs, run.slots, strict=True)
+                values = zip(run.positions, run.tickets, strict=True)
+                pending.update(zip(keys, values, strict=True))
+            continue
         seen: dict[int, str] = {}
-        i = run.first
-        for piece in run.saves or run.restores:
-            if type(piece) is SaveBatch and _batch_fits(piece, rows, slots, seen, ring_for):
-                if has_restores:
-                    keys = zip(piece.seqs, piece.slots, strict=True)
-                    values = zip(piece.positions, piece.tickets, strict=True)
-                    pending.update(zip(keys, values, strict=True))
-                i += 1
-                continue
-            for name, seq, slot, position, ticket in _rows_of(piece, i):
-                _check_row(name, seq, slot, rows, slots, seen)
-                if type(piece) is SsmSnapshotRestore:
-                    held = pending.get((seq, slot))
-                    if held is None:
-                        held = (pool.stored_position(seq, slot), pool.stored_ticket(seq, slot))
-                    if held != (position, ticket):
-                        what = (
-                            "nothing" if held[1] is None else f"position {held[0]} ticket {held[1]}"
-                        )
-                        raise StaleSnapshotError(
-                            f"refusing '{name}' {piece!r}, copying nothing: its slot holds {what}"
-                        )
-                    continue
-                if ring_for(seq) is None:
-                    raise InvalidArgumentError(
-                        f"'rings' must hold a ring for every saved row, got none for seq "
-                        f"{seq} ({name})"
-                    )
-                pending[seq, slot] = (position, ticket)
-            i += 1
+        for i, restore in enumerate(run.restores, start=run.first):
+            name = f"effects[{i}]"
+            _check_row(name, restore.seq, restore.slot, rows, slots, seen)
+            held = pending.get((restore.seq, restore.slot))
+            if held is None:
+                held = (
+                    pool.stored_position(restore.seq, restore.slot),
+                    pool.stored_ticket(restore.seq, restore.slot),
+                )
+            if held != (restore.token_position, restore.ticket):
+                what = "nothing" if held[1] is None else f"position {held[0]} ticket {held[1]}"
+                raise StaleSnapshotError(
+                    f"refusing '{name}' {restore!r}, copying nothing: its slot holds {what}"
+                )
 
 
-def _batch_fits(
-    batch: SaveBatch,
-    rows: int,
-    slots: int,
-    seen: dict[int, str],
-    ring_for: Callable[[int], SsmDecodeRing | None],
-) -> bool:
-    """Whether a ``SaveBatch`` passes every check, tested at C speed (``False``: look closer)."""
-    seqs = batch.seqs
+def _saves_fit(run: _Run, rows: int, slots: int, rings: Rings) -> bool:
+    """Whether a save run passes every check, tested at C speed (``False``: look closer)."""
+    seqs = run.seqs
     if not seqs:
         return True
-    if max(seqs) >= rows or max(batch.slots) >= slots or len(set(seqs)) != len(seqs):
+    if max(seqs) >= rows or max(run.slots) >= slots or len(set(seqs)) != len(seqs):
         return False
-    if not seen.keys().isdisjoint(seqs) or None in map(ring_for, seqs):
-        return False
-    seen.update(dict.fromkeys(seqs, "an earlier SaveBatch"))
-    return True
+    if isinstance(rings, Mapping):
+        return all(map(rings.__contains__, seqs))
+    return max(seqs) < len(rings)
+
+
+def _name_bad_save(
+    run: _Run, rows: int, slots: int, ring_for: Callable[[int], SsmDecodeRing | None]
+) -> None:
+    """Raise naming the first save of ``run`` that fails a check."""
+    seen: dict[int, str] = {}
+    for i, piece in enumerate(run.saves, start=run.first):
+        for name, seq, slot, _, _ in _rows_of(piece, i):
+            _check_row(name, seq, slot, rows, slots, seen)
+            if ring_for(seq) is None:
+                raise InvalidArgumentError(
+                    f"'rings' must hold a ring for every saved row, got none for seq {seq} ({name})"
+                )
 
 
 def _check_row(name: str, seq: int, slot: int, rows: int, slots: int, seen: dict[int, str]) -> None:
@@ -276,7 +289,7 @@ def apply_effects(pool: SnapshotPool, effects: Iterable[Effect], rings: Rings) -
     pool = _check_pool(pool)
     ring_for = _ring_lookup(rings)
     runs = _runs(effects)
-    _check_runs(pool, runs, ring_for)
+    _check_runs(pool, runs, rings)
     failed: list[SsmSnapshotSave] = []
     for run in runs:
         if run.saves:

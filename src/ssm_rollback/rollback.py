@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 import attrs
 
 from ._batched import snapshot_boundaries
-from ._effects import SsmSnapshotRestore, SsmSnapshotSave
+from ._effects import SsmSnapshotRestore, SsmSnapshotSave, trusted_save
 from ._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int
 from ._ring import SsmDecodeRing
 
@@ -114,7 +114,7 @@ def snapshot_boundary_if_ssm(
     recorded = ring._record(token_position)
     if recorded is None:
         return None
-    return SsmSnapshotSave(seq, recorded[0], token_position, recorded[1])
+    return trusted_save(seq, recorded[0], token_position, recorded[1])
 
 
 def _boundary_at(boundaries: Sequence[int], index: int) -> int:
