@@ -118,8 +118,8 @@ def test_transformers_layout_is_what_the_cache_holds(model_type: str) -> None:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from ssm_rollback.testing._tiny import tiny_config
     from ssm_rollback.integrations.transformers import HybridCacheSnapshotPool
+    from ssm_rollback.testing._tiny import tiny_config
 
     config = tiny_config(model_type)
     with warnings.catch_warnings():
@@ -191,7 +191,7 @@ def test_the_engine_drops_a_conv_column_that_transformers_keeps() -> None:
         ({"model_type": "llama"}, {}, "'model_type' must be one of .*got 'llama'"),
         ({"model_type": None}, {}, "'model_type' must be one of"),
         ({"mamba_num_heads": None}, {}, "config field 'mamba_num_heads' is missing"),
-        ({"ssm_state_size": -1}, {}, "config field 'ssm_state_size' must be an int >= 0"),
+        ({"ssm_state_size": -1}, {}, "config field 'ssm_state_size' must be an int >= 1"),
         ({}, {"tp_size": 3}, "'tp_size' 3 must divide config field 'mamba_num_heads' = 128"),
         ({}, {"tp_size": 0}, "'tp_size' must be an int >= 1"),
         ({}, {"tp_size": 2, "layout": "transformers"}, "must be 1 for layout 'transformers'"),
@@ -298,7 +298,7 @@ def test_bad_overrides_name_their_source(
     ("kwargs", "message"),
     [
         ({"max_sequences": 0}, "'max_sequences' must be an int >= 1"),
-        ({"max_sequences": -1}, "'max_sequences' must be an int >= 0"),
+        ({"max_sequences": -1}, "'max_sequences' must be an int >= 1"),
         ({"free_bytes": -1}, "'free_bytes'"),
         ({"max_slots": True}, "'max_slots'"),
     ],

@@ -30,7 +30,12 @@ from typing import Final, Literal, TypeAlias
 
 import attrs
 
-from ._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int
+from ._errors import (
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    check_non_negative_int,
+    describe,
+)
 
 __all__ = [
     "DEFAULT_MAX_SLOTS",
@@ -73,7 +78,49 @@ _DTYPE_ALIASES: Final[Mapping[str, str]] = {
 }
 
 
+#: More layers than any published model by far; beyond it a count is a typo, and listing
+#: that many layers would hang rather than fail.
+_MAX_LAYERS: Final = 100_000
+#: A causal conv of width 1 keeps no past columns: the engines would hold an empty state.
+_MIN_CONV_KERNEL: Final = 2
+
+
+def _check_positive(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentTypeError(f"'{name}' must be an int >= 1, got {describe(value)}")
+    if value < 1:
+        raise InvalidArgumentError(f"'{name}' must be an int >= 1, got {value!r}")
+    return int(value)
+
+
 # -- the spec -------------------------------------------------------------------------------
+# The validators make a spec of zero or negative bytes impossible to build, so every consumer
+# may divide by ``bytes_per_snapshot``.
+
+
+def _check_shape(_: object, attribute: attrs.Attribute[tuple[int, ...]], value: object) -> None:
+    if (
+        not isinstance(value, tuple)
+        or not value
+        or any(isinstance(size, bool) or not isinstance(size, int) or size < 1 for size in value)
+    ):
+        raise InvalidArgumentError(
+            f"'{attribute.name}' must be a non-empty tuple of ints >= 1, got {value!r}"
+        )
+
+
+def _check_dtype(_: object, attribute: attrs.Attribute[str], value: object) -> None:
+    if not isinstance(value, str) or value not in _DTYPE_BYTES:
+        raise InvalidArgumentError(
+            f"'{attribute.name}' must be one of {', '.join(sorted(_DTYPE_BYTES))}, got {value!r}"
+        )
+
+
+def _check_non_empty(
+    _: object, attribute: attrs.Attribute[tuple[object, ...]], value: object
+) -> None:
+    if not isinstance(value, tuple) or not value:
+        raise InvalidArgumentError(f"'{attribute.name}' must be a non-empty tuple, got {value!r}")
 
 
 @attrs.frozen
@@ -81,8 +128,8 @@ class StateTensorSpec:
     """One state tensor of one layer, for one sequence on one rank."""
 
     name: str
-    shape: tuple[int, ...]
-    dtype: str
+    shape: tuple[int, ...] = attrs.field(validator=_check_shape)
+    dtype: str = attrs.field(validator=_check_dtype)
 
     @property
     def nbytes(self) -> int:
@@ -99,7 +146,7 @@ class SsmLayerSpec:
 
     index: int
     kind: LayerKind
-    tensors: tuple[StateTensorSpec, ...]
+    tensors: tuple[StateTensorSpec, ...] = attrs.field(validator=_check_non_empty)
 
     @property
     def nbytes(self) -> int:
@@ -115,7 +162,7 @@ class SsmStateSpec:
     layout: Layout
     tp_size: int
     num_layers: int
-    layers: tuple[SsmLayerSpec, ...]
+    layers: tuple[SsmLayerSpec, ...] = attrs.field(validator=_check_non_empty)
 
     @property
     def bytes_per_snapshot(self) -> int:
@@ -133,19 +180,31 @@ def _load(config: Mapping[str, object] | str | os.PathLike[str]) -> Mapping[str,
         raise InvalidArgumentTypeError(
             f"'config' must be a config.json mapping or a path, got {type(config).__name__}"
         )
+    if not os.fspath(config):  # Path("") is the working directory: never what was meant
+        raise InvalidArgumentError("'config' must be a config.json mapping or a path, got ''")
     path = Path(config)
     if path.is_dir():
         path = path / "config.json"
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as error:
+        raw = path.read_bytes()
+    except (OSError, ValueError) as error:  # ValueError: a NUL byte in the path
         raise InvalidArgumentError(
             f"'config' must be a readable file, got {path}: {error}"
         ) from None
-    except json.JSONDecodeError as error:
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InvalidArgumentError(f"'config' must be UTF-8, got {path}: {error}") from None
+    try:
+        data = json.loads(text)
+    # ValueError covers JSONDecodeError and integers past Python's digit limit; deep nesting
+    # overflows the decoder's stack.
+    except (ValueError, RecursionError) as error:
         raise InvalidArgumentError(f"'config' must be JSON, got {path}: {error}") from None
     if not isinstance(data, dict):
-        raise InvalidArgumentError(f"'config' must hold a JSON object, got {path}")
+        raise InvalidArgumentError(
+            f"'config' must hold a JSON object, got a JSON {type(data).__name__} in {path}"
+        )
     return data
 
 
@@ -159,16 +218,21 @@ class _Fields:
     def has(self, name: str) -> bool:
         return self.data.get(name) is not None
 
-    def int(self, *names: str, default: int | None = None) -> int:
+    def name(self, *names: str) -> str:
+        """The first of ``names`` the config has (the one ``int`` reads), else the first."""
+        return next((name for name in names if self.has(name)), names[0])
+
+    def int(self, *names: str, default: int | None = None, minimum: int = 1) -> int:
+        """The first of ``names`` present, an ``int >= minimum``; sizes default to ``>= 1``."""
         for name in names:
             value = self.data.get(name)
             if value is not None:
-                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                    raise InvalidArgumentError(
-                        f"config field '{name}' must be an int >= 0 ({self.model_type}), "
-                        f"got {value!r}"
-                    )
-                return value
+                expected = f"config field '{name}' must be an int >= {minimum} ({self.model_type})"
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise InvalidArgumentTypeError(f"{expected}, got {describe(value)}")
+                if value < minimum:
+                    raise InvalidArgumentError(f"{expected}, got {value!r}")
+                return int(value)
         if default is not None:
             return default
         raise InvalidArgumentError(
@@ -180,8 +244,8 @@ class _Fields:
         if value is None:
             return None
         if not isinstance(value, list):
-            raise InvalidArgumentError(
-                f"config field '{name}' must be a list ({self.model_type}), got {value!r}"
+            raise InvalidArgumentTypeError(
+                f"config field '{name}' must be a list ({self.model_type}), got {describe(value)}"
             )
         return value
 
@@ -190,13 +254,17 @@ class _Fields:
         if value is None:
             return None
         if not isinstance(value, str):
-            raise InvalidArgumentError(
-                f"config field '{name}' must be a string ({self.model_type}), got {value!r}"
+            raise InvalidArgumentTypeError(
+                f"config field '{name}' must be a string ({self.model_type}), got {describe(value)}"
             )
         return value
 
 
-def _dtype_name(value: str, source: str) -> str:
+def _dtype_name(value: object, source: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidArgumentTypeError(
+            f"'{source}' must be a dtype name such as 'bfloat16', got {describe(value)}"
+        )
     name = value.removeprefix("torch.").lower()
     name = _DTYPE_ALIASES.get(name, name)
     if name not in _DTYPE_BYTES:
@@ -222,6 +290,10 @@ _OTHER_NAMES: Final = frozenset({"mlp", "moe", "-", "e", "dummy"})
 
 
 def _pattern_ssm_layers(pattern: list[object], field: str, model_type: str) -> list[int]:
+    if not pattern:
+        raise InvalidArgumentError(
+            f"config field '{field}' must list >= 1 layers ({model_type}), got {pattern!r}"
+        )
     layers = []
     for index, kind in enumerate(pattern):
         name = str(kind).lower()
@@ -250,13 +322,42 @@ _PATTERN_FIELDS: Final = ("layers_block_type", "hybrid_override_pattern", "layer
 
 
 def _num_layers(f: _Fields) -> int:
-    if f.has("num_hidden_layers") or f.has("n_layer"):
-        return f.int("num_hidden_layers", "n_layer")
-    for field in _PATTERN_FIELDS:  # transformers derives the count from the pattern
-        pattern = f.data.get(field)
-        if isinstance(pattern, list | str):
-            return len(pattern)
-    return f.int("num_hidden_layers")  # raises, naming the field
+    """The layer count, checked against every other field that states it."""
+    counts = [(name, f.int(name)) for name in ("num_hidden_layers", "n_layer") if f.has(name)]
+    patterns = [
+        (field, len(pattern))
+        for field in _PATTERN_FIELDS
+        if isinstance(pattern := f.data.get(field), list | str)
+    ]
+    if counts:
+        source, count = counts[0]
+        stated = f"'{source}' = {count}"
+    elif patterns:  # transformers derives the count from the pattern
+        source, count = patterns[0]
+        stated = f"'{source}' has {count}"
+        if count == 0:
+            raise InvalidArgumentError(
+                f"config field '{source}' must list >= 1 layers ({f.model_type}), got []"
+            )
+    else:
+        return f.int("num_hidden_layers")  # raises, naming the field
+    if count > _MAX_LAYERS:
+        raise InvalidArgumentError(
+            f"config field '{source}' must be at most {_MAX_LAYERS} layers ({f.model_type}), "
+            f"got {count}"
+        )
+    for name, other in counts[1:]:
+        if other != count:
+            raise InvalidArgumentError(
+                f"config field '{name}' = {other} disagrees with {stated} ({f.model_type})"
+            )
+    for field, length in patterns:
+        if length != count:
+            raise InvalidArgumentError(
+                f"config field '{field}' has {length} entries, but {stated} "
+                f"({f.model_type}): a layer pattern has one entry per layer"
+            )
+    return count
 
 
 def _all_layers(f: _Fields) -> list[int]:
@@ -267,7 +368,13 @@ def _jamba_layers(f: _Fields) -> list[int]:
     pattern = _from_pattern(f, "layers_block_type", "layer_types")
     if pattern is not None:
         return pattern
-    period, offset = f.int("attn_layer_period"), f.int("attn_layer_offset")
+    period = f.int("attn_layer_period")
+    offset = f.int("attn_layer_offset", minimum=0)
+    if offset >= period:  # no layer would be attention: the period is not what was meant
+        raise InvalidArgumentError(
+            f"config field 'attn_layer_offset' must be less than 'attn_layer_period' = {period} "
+            f"({f.model_type}), got {offset}"
+        )
     return [i for i in _all_layers(f) if i % period != offset]
 
 
@@ -275,15 +382,26 @@ def _bamba_layers(f: _Fields) -> list[int]:
     pattern = _from_pattern(f, "layer_types", "layers_block_type")
     if pattern is not None:
         return pattern
-    attention = set(_int_list(f, "attn_layer_indices"))
+    attention = _layer_indices(f, "attn_layer_indices")
     return [i for i in _all_layers(f) if i not in attention]
 
 
-def _int_list(f: _Fields, name: str) -> list[int]:
-    values = f.list(name) or []
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-        raise InvalidArgumentError(f"config field '{name}' must be a list of ints ({f.model_type})")
-    return [v for v in values if isinstance(v, int)]
+def _layer_indices(f: _Fields, name: str) -> set[int]:
+    count = _num_layers(f)
+    indices = set()
+    for value in f.list(name) or []:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidArgumentTypeError(
+                f"config field '{name}' must be a list of ints ({f.model_type}), "
+                f"got {describe(value)} in it"
+            )
+        if not 0 <= value < count:
+            raise InvalidArgumentError(
+                f"config field '{name}' must hold layer indices in [0, {count}) "
+                f"({f.model_type}), got {value}"
+            )
+        indices.add(int(value))
+    return indices
 
 
 def _nemotron_layers(f: _Fields) -> list[int]:
@@ -322,7 +440,7 @@ def _lfm2_layers(f: _Fields) -> list[int]:
     layers = _from_pattern(f, "layer_types")
     if layers is not None:
         return layers
-    attention = set(_int_list(f, "full_attn_idxs"))
+    attention = _layer_indices(f, "full_attn_idxs")
     return [i for i in _all_layers(f) if i not in attention]
 
 
@@ -346,7 +464,7 @@ def _mamba1(
     if f.model_type == "jamba":  # Jamba's intermediate_size is the MLP's, not the mixer's
         intermediate = expand * hidden
     inner = _divide(intermediate, tp, "intermediate_size", f.model_type)
-    kernel = f.int("mamba_d_conv", "conv_kernel")
+    kernel = f.int("mamba_d_conv", "conv_kernel", minimum=_MIN_CONV_KERNEL)
     state = f.int("mamba_d_state", "state_size")
     return (
         _conv(inner, kernel, layout, conv_dtype),
@@ -370,15 +488,27 @@ def _mamba2(
     head_dim = f.int(*_MAMBA2_FIELDS["head_dim"])
     state = f.int(*_MAMBA2_FIELDS["state"])
     groups = f.int(*_MAMBA2_FIELDS["groups"], default=1)
-    kernel = f.int(*_MAMBA2_FIELDS["kernel"])
+    kernel = f.int(*_MAMBA2_FIELDS["kernel"], minimum=_MIN_CONV_KERNEL)
     intermediate = heads * head_dim
     if f.has("mamba_d_ssm"):  # Falcon-H1 names the mixer width separately
         intermediate = f.int("mamba_d_ssm")
-    heads_field = next(n for n in _MAMBA2_FIELDS["heads"] if f.has(n))
+    heads_field = f.name(*_MAMBA2_FIELDS["heads"])
+    groups_field = f.name(*_MAMBA2_FIELDS["groups"])
+    if heads % groups:
+        raise InvalidArgumentError(
+            f"config field '{groups_field}' = {groups} must divide '{heads_field}' = {heads} "
+            f"({f.model_type}): each group serves whole heads"
+        )
     local_heads = _divide(heads, tp, heads_field, f.model_type)
     if groups % tp:
+        if groups > tp:  # replicating up to tp_size groups would drop some
+            raise InvalidArgumentError(
+                f"config field '{groups_field}' = {groups} and 'tp_size' = {tp} "
+                f"({f.model_type}): the groups must divide by tp_size, or be fewer "
+                f"(then every rank holds a replica)"
+            )
         # vLLM / SGLang replicate the groups so every head shard has its group.
-        groups += tp - groups
+        groups = tp
     conv_dim = _divide(intermediate + 2 * groups * state, tp, "conv_dim", f.model_type)
     return (
         _conv(conv_dim, kernel, layout, conv_dtype),
@@ -393,7 +523,13 @@ def _gated_delta_net(
     v_heads = f.int("linear_num_value_heads")
     k_dim = f.int("linear_key_head_dim")
     v_dim = f.int("linear_value_head_dim")
-    kernel = f.int("linear_conv_kernel_dim")
+    kernel = f.int("linear_conv_kernel_dim", minimum=_MIN_CONV_KERNEL)
+    if v_heads % k_heads:
+        raise InvalidArgumentError(
+            f"config field 'linear_num_key_heads' = {k_heads} must divide "
+            f"'linear_num_value_heads' = {v_heads} ({f.model_type}): each key head serves "
+            f"whole value heads"
+        )
     _divide(k_heads, tp, "linear_num_key_heads", f.model_type)
     local_v_heads = _divide(v_heads, tp, "linear_num_value_heads", f.model_type)
     conv_dim = _divide(2 * k_heads * k_dim + v_heads * v_dim, tp, "conv_dim", f.model_type)
@@ -407,7 +543,7 @@ def _short_conv(
     f: _Fields, tp: int, layout: Layout, conv_dtype: str, ssm_dtype: str
 ) -> tuple[StateTensorSpec, ...]:
     hidden = _divide(f.int("hidden_size"), tp, "hidden_size", f.model_type)
-    kernel = f.int("conv_L_cache")
+    kernel = f.int("conv_L_cache", minimum=_MIN_CONV_KERNEL)
     return (_conv(hidden, kernel, layout, conv_dtype),)
 
 
@@ -469,13 +605,14 @@ def state_spec_from_hf_config(
     ``config`` is the parsed JSON or a path to it (or to its folder).
     ``dtype`` overrides the config's (``torch_dtype`` / ``dtype``, else
     ``bfloat16``); the SSM state honours ``mamba_ssm_cache_dtype`` where the
-    config has one. Unknown model types, missing fields and a ``tp_size``
-    that does not divide the heads raise ``InvalidArgumentError``.
+    config has one. Unknown model types, missing fields, a ``tp_size``
+    that does not divide the heads and degenerate values (a zero size,
+    kernel or period; a layer pattern whose length disagrees with the layer
+    count; heads that the groups do not divide) raise ``InvalidArgumentError``
+    naming the field: no config yields a zero or negative byte count.
     """
     data = _load(config)
-    tp = check_non_negative_int("tp_size", tp_size)
-    if tp == 0:
-        raise InvalidArgumentError("'tp_size' must be an int >= 1, got 0")
+    tp = _check_positive("tp_size", tp_size)
     if layout not in ("engine", "transformers"):
         raise InvalidArgumentError(f"'layout' must be 'engine' or 'transformers', got {layout!r}")
     if layout == "transformers" and tp != 1:
@@ -490,12 +627,13 @@ def state_spec_from_hf_config(
         )
     f = _Fields(data, model_type)
     kind, ssm_layers = _MODEL_TYPES[model_type]
-    num_layers = _num_layers(f)
+    # The pattern's own faults (an unknown kind, no SSM layer) say more than its length.
     layers = ssm_layers(f)
     if not layers:
         raise InvalidArgumentError(
             f"config has no SSM layers ({model_type}): a pure-attention model needs no snapshots"
         )
+    num_layers = _num_layers(f)
     if dtype is not None:
         conv_dtype = _dtype_name(dtype, "dtype")
     else:
@@ -552,9 +690,15 @@ def _parse_override(value: object, source: str) -> int:
         text = value.strip()
         if not text:
             raise InvalidArgumentError(f"{source} must be an integer >= 0, got an empty string")
-        if not text.isdecimal():
+        # isdecimal alone admits other scripts' digits ("\u0663"), which no shell user meant.
+        if not (text.isascii() and text.isdecimal()):
             raise InvalidArgumentError(f"{source} must be an integer >= 0, got {value!r}")
-        return int(text)
+        try:
+            return int(text)
+        except ValueError:  # past Python's digit limit for int()
+            raise InvalidArgumentError(
+                f"{source} must be an integer >= 0, got a {len(text)}-digit string"
+            ) from None
     raise InvalidArgumentTypeError(
         f"{source} must be an integer >= 0, got {value!r} of type {type(value).__name__}"
     )
@@ -576,18 +720,29 @@ def decode_rollback_ring_slots(
     caller's business). ``override`` (the CLI flag) beats
     ``SSM_ROLLBACK_RING_SLOTS`` in ``env`` (default ``os.environ``); either
     may exceed ``max_slots`` but must fit in ``free_bytes``. A malformed or
-    unaffordable override raises ``InvalidArgumentError`` naming its source.
+    unaffordable override raises ``InvalidArgumentError`` naming its source;
+    so does any other argument of the wrong type or range (``env`` must be a
+    mapping, ``max_sequences`` at least 1).
     """
     if not isinstance(spec, SsmStateSpec):
         raise InvalidArgumentTypeError(f"'spec' must be an SsmStateSpec, got {type(spec).__name__}")
-    sequences = check_non_negative_int("max_sequences", max_sequences)
-    if sequences == 0:
-        raise InvalidArgumentError("'max_sequences' must be an int >= 1, got 0")
+    sequences = _check_positive("max_sequences", max_sequences)
     free = check_non_negative_int("free_bytes", free_bytes)
     maximum = check_non_negative_int("max_slots", max_slots)
-    per_slot = spec.bytes_per_snapshot
-    fit = free // (sequences * per_slot)
     environment = os.environ if env is None else env
+    if not isinstance(environment, Mapping):
+        raise InvalidArgumentTypeError(
+            f"'env' must be a mapping of environment variables such as os.environ, "
+            f"got {describe(env)}"
+        )
+    per_slot = spec.bytes_per_snapshot
+    # The spec's validators already refuse this; a spec built around them must not divide by 0.
+    if per_slot <= 0:
+        raise InvalidArgumentError(
+            f"'spec' must describe at least one byte per snapshot, got {per_slot} "
+            f"({spec.model_type}, {len(spec.layers)} SSM layers)"
+        )
+    fit = free // (sequences * per_slot)
 
     chosen: tuple[int, DepthRule, str] | None = None
     if override is not None:
