@@ -11,9 +11,11 @@ import pytest
 from ssm_rollback import (
     InvalidArgumentError,
     InvariantError,
+    SlotTags,
     SsmDecodeRing,
     SsmSnapshotRestore,
     SsmSnapshotSave,
+    StaleSnapshotError,
     apply_effects,
     rollback_to_boundary,
 )
@@ -129,3 +131,102 @@ def test_a_fit_of_exactly_max_slots_is_the_maximum_rule() -> None:
     assert (exact.slots, exact.rule, exact.fit) == (8, DepthRule.MAXIMUM, 8)
     short = decode_rollback_ring_slots(spec, max_sequences=4, free_bytes=8 * 4 * per - 1, env={})
     assert (short.slots, short.rule, short.fit) == (7, DepthRule.MEMORY, 7)
+
+
+# -- the invariant checker, failed saves, stale restores and copy errors ------------------------
+
+
+def test_check_valid_refuses_an_owner_without_a_live_entry() -> None:
+    """The owner-count check dropped: a slot owned by a position that is not live."""
+    ring = ring_with(3, 1, 2)
+    _corrupt(ring, "_owner_of", {0: 1, 1: 2, 2: 9})
+    with pytest.raises(InvariantError, match="owners disagree"):
+        ring.check_valid()
+
+
+def test_check_valid_refuses_tickets_out_of_order() -> None:
+    """The ticket-order check dropped: an older entry with a newer ticket than a later one."""
+    ring = ring_with(3, 1, 2)
+    tickets = dict(ring._ticket_of)
+    tickets[0], tickets[1] = tickets[1], tickets[0]
+    _corrupt(ring, "_ticket_of", tickets)
+    with pytest.raises(InvariantError, match="not ascending"):
+        ring.check_valid()
+
+
+def test_a_late_failed_save_leaves_the_re_recorded_entry_at_its_position() -> None:
+    """Forgetting a failed save by position and slot alone, without its ticket.
+
+    The save for position 5 was made, then the scheduler rolled back and
+    recorded 5 again - the same slot, a new ticket - before the old save
+    failed: the new entry is not the failed save's, and must stay.
+    """
+    pool = FakeSnapshotPool(1, 2)
+    ring = SsmDecodeRing(2)
+    ring.record(5)
+    old = ring.entry_for(5)
+    ring.truncate_after(4)
+    ring.record(5)
+    new = ring.entry_for(5)
+    assert old is not None
+    assert new is not None
+    assert (old.snapshot_slot, old.token_position) == (new.snapshot_slot, new.token_position)
+    pool.fail_when(lambda save: True)
+    outcome = apply_effects(pool, [Save(0, old.snapshot_slot, 5, old.ticket)], [ring])
+    assert len(outcome.failed) == 1
+    assert ring.entry_for(5) == new
+
+
+def test_a_failed_save_for_another_slot_leaves_the_entry() -> None:
+    """Forgetting a failed save by ticket alone, without its slot: the entry's slot is intact."""
+    pool = FakeSnapshotPool(1, 2)
+    ring = SsmDecodeRing(2)
+    ring.record(5)
+    entry = ring.entry_for(5)
+    assert entry is not None
+    assert entry.snapshot_slot == 0
+    pool.fail_when(lambda save: True)
+    apply_effects(pool, [Save(0, 1, 5, entry.ticket)], [ring])
+    assert ring.entry_for(5) == entry
+
+
+def test_a_restore_with_the_right_ticket_but_another_position_is_stale() -> None:
+    """The position comparison dropped from SlotTags.check_restores: both must match."""
+    tags = SlotTags(1, 2)
+    flat = [tags.index(0, 0)]
+    tags.commit(flat, [4], [40])
+    assert tags.check_restores([Restore(0, 0, 4, 40)]) == ([0], flat)
+    with pytest.raises(StaleSnapshotError, match="holds position 4 ticket 40"):
+        tags.check_restores([Restore(0, 0, 5, 40)])
+
+
+class _Unreadable:
+    """A live list whose reads raise: the copy of a save batch fails half way."""
+
+    def __init__(self, values: list[object]) -> None:
+        self.values = values
+
+    def __getitem__(self, seq: int) -> object:
+        if seq == 2:
+            raise RuntimeError("device error")
+        return self.values[seq]
+
+    def __setitem__(self, seq: int, value: object) -> None:
+        self.values[seq] = value
+
+
+def test_a_copy_that_raises_leaves_every_slot_of_the_batch_holding_nothing() -> None:
+    """Forgetting only the copied slots (or only positions) when a copy raises half way.
+
+    The batch's failed save and the rows copied before the error must all
+    hold nothing - position and ticket - afterwards.
+    """
+    pool = FakeSnapshotPool(3, 1)
+    pool.live[:] = ["a", "b", "c"]
+    assert pool.save([Save(0, 0, 1, 1), Save(1, 0, 1, 2), Save(2, 0, 1, 3)]).ok
+    pool.live = _Unreadable(["a2", "b2", "c2"])  # type: ignore[assignment]
+    pool.fail_when(lambda save: save.seq == 1)
+    with pytest.raises(RuntimeError, match="device error"):
+        pool.save([Save(0, 0, 2, 4), Save(1, 0, 2, 5), Save(2, 0, 2, 6)])
+    for seq in range(3):
+        assert (pool.stored_position(seq, 0), pool.stored_ticket(seq, 0)) == (None, None)

@@ -191,6 +191,19 @@ def run_one(
     }
 
 
+def markdown_table(results: list[dict[str, object]]) -> str:
+    """The results as a markdown table: name, module, result, killing test or argument."""
+    lines = ["| mutant | module | result | killing test / why equivalent |", "|---|---|---|---|"]
+    for r in results:
+        status = str(r["status"])
+        note = str(r["killer"])
+        if r["equivalent"]:
+            status = "equivalent" if status == "survived" else f"equivalent? ({status})"
+            note = str(r["equivalent"])
+        lines.append(f"| `{r['name']}` | `{r['module']}` | {status} | {note} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2, help="parallel runs (default 2)")
@@ -198,6 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per mutant")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/mutants"))
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--markdown", type=Path, help="also write the table here, as markdown")
     parser.add_argument("--rev", help="copy this commit instead of the work tree (git archive)")
     parser.add_argument(
         "--overlay",
@@ -206,6 +220,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="with --rev: work-tree files copied over the commit's (new tests)",
     )
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        type=Path,
+        help="run nothing: report the results of these --json files, later ones winning",
+    )
     args = parser.parse_args(argv)
     if args.rev is not None:  # one commit for every copy, even if the branch moves meanwhile
         args.rev = subprocess.run(
@@ -224,6 +244,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         for m in MUTANTS:
             print(f"{m.name:40} {m.module:32} {'equivalent' if m.equivalent else ''}")
         return 0
+    if args.merge:
+        merged: dict[str, dict[str, object]] = {}
+        for path in args.merge:  # later files win: a re-run after new tests replaces the first
+            for result in json.loads(path.read_text(encoding="utf-8")):
+                merged[result["name"]] = result
+        order = {name: k for k, name in enumerate(names)}
+        return report(sorted(merged.values(), key=lambda r: order.get(str(r["name"]), 0)), args)
     unknown = set(args.only) - set(names)
     if unknown:
         raise SystemExit(f"unknown mutants: {sorted(unknown)}")
@@ -252,7 +279,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             result = future.result()
             results.append(result)
             print(f"{result['name']:40} {result['status']:9} {result['seconds']:7}s", flush=True)
+    return report(results, args)
 
+
+def report(results: list[dict[str, object]], args: argparse.Namespace) -> int:
+    """Print the table and the score; write the JSON and markdown files asked for."""
     print()
     print(f"{'mutant':40} {'module':32} {'result':10} killing test")
     for r in results:
@@ -273,11 +304,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{len(timeouts)} of them by timeout; {len(equivalent)} equivalent left out"
     )
     for r in survived:
-        print(f"SURVIVED {r['name']}:\n{r['tail']}")
+        print(f"SURVIVED {r['name']} ({r['module']})")
     for r in errors:
         print(f"ERROR {r['name']} (ssm_rollback from {r['origin']}):\n{r['tail']}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2), encoding="utf-8")
+    if args.markdown:
+        args.markdown.write_text(markdown_table(results), encoding="utf-8")
     return 0 if not errors and not survived else 1
 
 
