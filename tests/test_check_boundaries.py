@@ -230,3 +230,28 @@ def test_a_copy_that_raises_leaves_every_slot_of_the_batch_holding_nothing() -> 
         pool.save([Save(0, 0, 2, 4), Save(1, 0, 2, 5), Save(2, 0, 2, 6)])
     for seq in range(3):
         assert (pool.stored_position(seq, 0), pool.stored_ticket(seq, 0)) == (None, None)
+
+
+class _PoolWithoutTickets:
+    """A v0.1-style pool: positions only, no ``stored_ticket``."""
+
+    num_sequences = 1
+    slots_per_sequence = 1
+
+    def save(self, saves: object) -> None:
+        raise AssertionError("must be refused before any copy")
+
+    def restore(self, restores: object) -> None:
+        raise AssertionError("must be refused before any copy")
+
+    def stored_position(self, seq: int, slot: int) -> int | None:
+        return None
+
+
+def test_a_pool_without_stored_ticket_is_refused_naming_the_method() -> None:
+    """A pool check that forgets ``stored_ticket``: such a pool cannot refuse stale restores."""
+    for effects in ([Save(0, 0, 1, 1)], [Restore(0, 0, 1, 1)]):
+        with pytest.raises(
+            InvalidArgumentError, match=r"'pool' must be a SnapshotPool .*stored_ticket"
+        ):
+            apply_effects(_PoolWithoutTickets(), effects, [SsmDecodeRing(1)])  # type: ignore[arg-type]
