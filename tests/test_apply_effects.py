@@ -152,7 +152,7 @@ def test_slot_tags_on_their_own() -> None:
     assert (tags.num_sequences, tags.slots_per_sequence) == (2, 3)
     assert tags.index(1, 2) == 5
     saves = [Save(1, 2, 4, 40), Save(0, 1, 4, 41)]
-    assert tags.check_saves(saves) == ([1, 0], [5, 1], [4, 4], [40, 41])
+    assert tags.check_saves(saves) == ([1, 0], [5, 1], [4, 4], [40, 41], None)
     tags.commit([5, 1], [4, 4], [40, 41], failed=[1])
     assert (tags.stored_position(1, 2), tags.stored_ticket(1, 2)) == (4, 40)
     assert (tags.stored_position(0, 1), tags.stored_ticket(0, 1)) == (None, None)

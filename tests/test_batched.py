@@ -222,15 +222,29 @@ def test_a_bad_save_batch_is_refused(columns: tuple[object, ...], message: str) 
     ("d", "message"),
     [
         (
-            {"kind": "save_batch", "seqs": [0], "slots": [0], "positions": [1]},
+            {"kind": "save_batch", "seqs": [0], "slots": [0], "positions": [1], "sources": None},
             r"missing \['tickets'\]",
         ),
         (
-            {"kind": "save_batch", "seqs": 0, "slots": [0], "positions": [1], "tickets": [1]},
+            {
+                "kind": "save_batch",
+                "seqs": 0,
+                "slots": [0],
+                "positions": [1],
+                "tickets": [1],
+                "sources": None,
+            },
             "a list",
         ),
         (
-            {"kind": "save_batch", "seqs": [0], "slots": [0], "positions": [-1], "tickets": [1]},
+            {
+                "kind": "save_batch",
+                "seqs": [0],
+                "slots": [0],
+                "positions": [-1],
+                "tickets": [1],
+                "sources": [0],
+            },
             "-1",
         ),
     ],

@@ -13,22 +13,39 @@ from hypothesis import strategies as st
 from ssm_rollback import (
     Effect,
     InvalidArgumentError,
+    SaveBatch,
     SsmSnapshotRestore,
     SsmSnapshotSave,
+    SsmStateAccept,
     effect_from_dict,
 )
 from ssm_rollback.testing import INVALID_INDICES
 
 ids = st.integers(0, 2**40)
-effects = st.builds(SsmSnapshotSave, ids, ids, ids, ids) | st.builds(
-    SsmSnapshotRestore, ids, ids, ids, ids
+effects = (
+    st.builds(SsmSnapshotSave, ids, ids, ids, ids, st.none() | st.integers(0, 8))
+    | st.builds(SsmSnapshotRestore, ids, ids, ids, ids)
+    | st.builds(SsmStateAccept, ids, st.integers(0, 8))
+    | st.integers(0, 3).flatmap(
+        lambda n: st.builds(
+            SaveBatch,
+            *[st.lists(ids, min_size=n, max_size=n)] * 4,
+            st.none() | st.lists(st.integers(-1, 8), min_size=n, max_size=n),
+        )
+    )
 )
+KEYS = {
+    SsmSnapshotSave: {"kind", "seq", "slot", "token_position", "ticket", "source"},
+    SsmSnapshotRestore: {"kind", "seq", "slot", "token_position", "ticket"},
+    SsmStateAccept: {"kind", "seq", "index"},
+    SaveBatch: {"kind", "seqs", "slots", "positions", "tickets", "sources"},
+}
 
 
 @given(effects)
 def test_every_effect_round_trips_through_a_dict_and_a_pickle(effect: Effect) -> None:
     as_dict = effect.to_dict()
-    assert set(as_dict) == {"kind", "seq", "slot", "token_position", "ticket"}
+    assert set(as_dict) == KEYS[type(effect)]
     assert effect_from_dict(as_dict) == effect
     assert type(effect_from_dict(as_dict)) is type(effect)
     assert pickle.loads(pickle.dumps(effect)) == effect
@@ -42,8 +59,11 @@ def test_to_dict_names_the_kind() -> None:
         "slot": 2,
         "token_position": 3,
         "ticket": 44,
+        "source": None,
     }
+    assert SsmSnapshotSave(1, 2, 3, 44, source=2).to_dict()["source"] == 2
     assert SsmSnapshotRestore(1, 2, 3, 44).to_dict()["kind"] == "ssm_snapshot_restore"
+    assert SsmStateAccept(1, 3).to_dict() == {"kind": "ssm_state_accept", "seq": 1, "index": 3}
 
 
 def test_effects_are_frozen_hashable_and_kind_sensitive() -> None:
@@ -74,6 +94,35 @@ def test_fields_must_be_non_negative_ints(cls: type[Effect], bad: object, field:
 @pytest.mark.parametrize(
     ("bad", "message"),
     [
+        ({"kind": "ssm_state_accept", "seq": 0}, r"missing \['index'\]"),
+        ({"kind": "ssm_state_accept", "seq": 0, "index": -2}, r"'d\[\"index\"\]' must be an int"),
+        (
+            {
+                "kind": "ssm_snapshot_save",
+                "seq": 0,
+                "slot": 0,
+                "token_position": 0,
+                "ticket": 1,
+                "source": -1,
+            },
+            r"'d\[\"source\"\]' must be an int >= 0",
+        ),
+    ],
+)
+def test_malformed_accept_and_source_dicts_raise_clear_errors(bad: object, message: str) -> None:
+    with pytest.raises(InvalidArgumentError, match=message):
+        effect_from_dict(bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", [-1, True, 1.0, "1"], ids=repr)
+def test_a_source_must_be_none_or_an_index(bad: object) -> None:
+    with pytest.raises(InvalidArgumentError, match="'source'"):
+        SsmSnapshotSave(0, 0, 1, 1, source=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
         ([("kind", "ssm_snapshot_save")], "'d' must be a mapping"),
         (
             {"seq": 0, "slot": 0, "token_position": 0, "ticket": 1},
@@ -86,10 +135,10 @@ def test_fields_must_be_non_negative_ints(cls: type[Effect], bad: object, field:
         ({"kind": 3, "seq": 0, "slot": 0, "token_position": 0, "ticket": 1}, "got 3"),
         (
             {"kind": "ssm_snapshot_save", "seq": 0, "slot": 0},
-            r"missing \['ticket', 'token_position'\]",
+            r"missing \['source', 'ticket', 'token_position'\]",
         ),
         (
-            {"kind": "ssm_snapshot_save", "seq": 0, "slot": 0, "token_position": 0},
+            {"kind": "ssm_snapshot_save", "seq": 0, "slot": 0, "token_position": 0, "source": 1},
             r"missing \['ticket'\]",
         ),
         (

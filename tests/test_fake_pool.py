@@ -31,6 +31,10 @@ class TestFakePoolConformance(SnapshotPoolConformance[FakeSnapshotPool]):
         pool.fail_when(predicate)
         return True
 
+    def set_intermediate(self, pool: FakeSnapshotPool, seq: int, values: list[int]) -> bool:
+        pool.intermediate[seq] = [("state", value) for value in values]
+        return True
+
 
 def test_counters_count_batched_calls_and_rows_copied() -> None:
     pool = FakeSnapshotPool(4, 2)
@@ -85,7 +89,7 @@ def test_bad_shapes_raise_naming_the_argument(n: object, slots: object) -> None:
 def test_repr_shows_shape_and_counters() -> None:
     assert repr(FakeSnapshotPool(2, 3)) == (
         "FakeSnapshotPool(num_sequences=2, slots_per_sequence=3, save_calls=0, "
-        "restore_calls=0, copies=0)"
+        "restore_calls=0, accept_calls=0, copies=0)"
     )
 
 

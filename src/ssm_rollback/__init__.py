@@ -8,7 +8,14 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 from ._batched import snapshot_boundaries
-from ._effects import Effect, SaveBatch, SsmSnapshotRestore, SsmSnapshotSave, effect_from_dict
+from ._effects import (
+    Effect,
+    SaveBatch,
+    SsmSnapshotRestore,
+    SsmSnapshotSave,
+    SsmStateAccept,
+    effect_from_dict,
+)
 from ._errors import (
     InvalidArgumentError,
     InvariantError,
@@ -21,8 +28,13 @@ from ._ring import SsmDecodeRing, SsmRingEntry
 from .pool import SaveOutcome, SlotTags, SnapshotPool, apply_effects
 from .rollback import (
     DeclineReason,
+    ReplaySegment,
     RollbackDeclined,
     RollbackPlan,
+    VerifyBatch,
+    VerifyPlan,
+    commit_verified,
+    commit_verified_batch,
     find_last_boundary_with_snapshot,
     rollback_to_boundary,
     snapshot_boundary_if_ssm,
@@ -39,6 +51,7 @@ __all__ = [
     "InvalidArgumentError",
     "InvariantError",
     "OutOfOrderError",
+    "ReplaySegment",
     "RollbackDeclined",
     "RollbackPlan",
     "SaveBatch",
@@ -50,9 +63,14 @@ __all__ = [
     "SsmRollbackError",
     "SsmSnapshotRestore",
     "SsmSnapshotSave",
+    "SsmStateAccept",
     "StaleSnapshotError",
     "UnknownSnapshotError",
+    "VerifyBatch",
+    "VerifyPlan",
     "apply_effects",
+    "commit_verified",
+    "commit_verified_batch",
     "effect_from_dict",
     "find_last_boundary_with_snapshot",
     "rollback_to_boundary",

@@ -1,18 +1,14 @@
-"""What each snapshot slot holds, and the one save/restore skeleton every backend runs.
+"""What each snapshot slot holds: the stale-restore guard every pool shares.
 
-``SlotTags`` is the stale-restore guard: for every ``(seq, slot)`` it keeps
-the position and the ticket (SPEC 7) of the save that last wrote it, and it
-owns the flat index ``seq * slots_per_sequence + slot`` with its bounds.
-``PoolBase`` runs every batch through the same steps - check the memory is
-still owned, check the batch, decide which saves fail, copy, commit the tags
-in one call - so tickets, ownership checks and fault handling cannot differ
-between backends; a backend supplies only the copies.
+``SlotTags`` keeps, for every ``(seq, slot)``, the position and the ticket
+(SPEC 7) of the save that last wrote it, and owns the flat index
+``seq * slots_per_sequence + slot`` with its bounds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import cast, final
+from collections.abc import Sequence
+from typing import final
 
 import attrs
 
@@ -23,11 +19,9 @@ from ._errors import (
     StaleSnapshotError,
     check_non_negative_int,
 )
+from ._save_batch import LIVE
 
-__all__ = ["PoolBase", "SlotTags"]
-
-#: A fault predicate: saves for which it returns true fail.
-FailPredicate = Callable[[SsmSnapshotSave], bool]
+__all__ = ["SlotTags"]
 
 
 def _num_sequences_arg(value: int) -> int:
@@ -99,29 +93,34 @@ class SlotTags:
 
     def check_saves(
         self, saves: Sequence[SsmSnapshotSave] | SaveBatch
-    ) -> tuple[list[int], list[int], list[int], list[int]]:
-        """The batch's rows, flat indices, positions and tickets; a bad batch raises.
+    ) -> tuple[list[int], list[int], list[int], list[int], list[int] | None]:
+        """The batch's rows, flat indices, positions, tickets and sources; a bad batch raises.
 
         A ``SaveBatch`` is checked column by column at C speed (its values are
-        ints >= 0 already); a sequence of saves element by element.
+        ints >= 0 already); a sequence of saves element by element. Sources
+        are ``None`` when every save reads the live state, else one int per
+        save (``LIVE`` or an intermediate index).
         """
         if type(saves) is SaveBatch:
             seqs, slots = list(saves.seqs), list(saves.slots)
             if seqs and (
                 max(seqs) >= self._num_sequences
                 or max(slots) >= self._slots_per_sequence
-                or len(set(seqs)) != len(seqs)
+                or not _distinct(seqs, slots, saves.sources)
             ):
                 self._check_batch("saves", saves, SsmSnapshotSave)  # names the bad element
             per_row = self._slots_per_sequence
             flat = [seq * per_row + slot for seq, slot in zip(seqs, slots, strict=True)]
-            return seqs, flat, list(saves.positions), list(saves.tickets)
+            sources = None if saves.sources is None else list(saves.sources)
+            return seqs, flat, list(saves.positions), list(saves.tickets), sources
         flat = self._check_batch("saves", saves, SsmSnapshotSave)
+        live = all(s.source is None for s in saves)
         return (
             [s.seq for s in saves],
             flat,
             [s.token_position for s in saves],
             [s.ticket for s in saves],
+            None if live else [LIVE if s.source is None else s.source for s in saves],
         )
 
     def check_restores(self, restores: Sequence[SsmSnapshotRestore]) -> tuple[list[int], list[int]]:
@@ -190,7 +189,8 @@ class SlotTags:
             raise InvalidArgumentTypeError(
                 f"'{name}' must be a sequence of {kind.__name__}, got {type(batch).__name__}"
             )
-        rows: dict[int, int] = {}
+        states: dict[tuple[int, int | None], int] = {}
+        targets: dict[int, int] = {}
         flat: list[int] = []
         num_sequences, slots = self._num_sequences, self._slots_per_sequence
         for i, effect in enumerate(batch):
@@ -201,117 +201,37 @@ class SlotTags:
             seq, slot = effect.seq, effect.slot
             if seq >= num_sequences or slot >= slots:
                 self._check_ids(f"{name}[{i}].seq", seq, f"{name}[{i}].slot", slot)
-            first = rows.setdefault(seq, i)
+            first = states.setdefault((seq, getattr(effect, "source", None)), i)
             if first != i:
                 # A row's live state holds one position: two copies of it in one
-                # batch mean the effects of two steps were applied at once.
+                # batch mean the effects of two steps were applied at once. (A
+                # verify step's saves read distinct intermediate states.)
                 raise InvalidArgumentError(
-                    f"'{name}' must name each row at most once per batch, got seq "
+                    f"'{name}' must name each row's state at most once per batch, got seq "
                     f"{seq} at {name}[{first}] and {name}[{i}]"
                 )
-            flat.append(seq * slots + slot)
+            index = seq * slots + slot
+            first = targets.setdefault(index, i)
+            if first != i:
+                raise InvalidArgumentError(
+                    f"'{name}' must name each slot at most once per batch, got (seq {seq}, slot "
+                    f"{slot}) at {name}[{first}] and {name}[{i}]"
+                )
+            flat.append(index)
         return flat
+
+
+def _distinct(seqs: Sequence[int], slots: Sequence[int], sources: Sequence[int] | None) -> bool:
+    """Each row's state (live, or one intermediate index) and each slot at most once (C speed)."""
+    if sources is None:
+        return len(set(seqs)) == len(seqs)
+    count = len(seqs)
+    return (
+        len(set(zip(seqs, sources, strict=True)))
+        == count
+        == len(set(zip(seqs, slots, strict=True)))
+    )
 
 
 def _held(position: int | None, ticket: int | None) -> str:
     return "nothing" if ticket is None else f"position {position} ticket {ticket}"
-
-
-def check_fail_predicate(predicate: object) -> FailPredicate | None:
-    """``predicate`` if it is callable or ``None``; else ``InvalidArgumentError``."""
-    if predicate is None:
-        return None
-    if not callable(predicate):
-        raise InvalidArgumentTypeError(
-            f"'predicate' must be a callable taking an SsmSnapshotSave, or None, got "
-            f"{predicate!r} of type {type(predicate).__name__}"
-        )
-    return cast(FailPredicate, predicate)
-
-
-class PoolBase:
-    """The save and restore steps every backend shares; subclasses supply the copies.
-
-    ``save``: check ownership, check the batch, decide which saves fail
-    (asking the fault predicate about every save before copying any, so a
-    predicate that raises changes nothing), copy the rest, then commit the
-    tags in one call. If the copy raises, the whole batch's slots hold
-    nothing. ``restore``: check ownership, check every slot holds its
-    restore's exact ticket, copy.
-    """
-
-    def __init__(self, num_sequences: int, slots_per_sequence: int) -> None:
-        self._tags = SlotTags(num_sequences, slots_per_sequence)
-        self._fail: FailPredicate | None = None
-
-    @property
-    def num_sequences(self) -> int:
-        """Rows the pool holds snapshots for."""
-        return self._tags.num_sequences
-
-    @property
-    def slots_per_sequence(self) -> int:
-        """Snapshot slots per row."""
-        return self._tags.slots_per_sequence
-
-    def stored_position(self, seq: int, slot: int) -> int | None:
-        """The position snapshot ``(seq, slot)`` holds, or ``None``."""
-        return self._tags.stored_position(seq, slot)
-
-    def stored_ticket(self, seq: int, slot: int) -> int | None:
-        """The ticket of the save snapshot ``(seq, slot)`` holds, or ``None``."""
-        return self._tags.stored_ticket(seq, slot)
-
-    def fail_when(self, predicate: FailPredicate | None) -> None:
-        """Fault injection: later saves for which ``predicate(save)`` holds fail (``None``: none).
-
-        A failed save copies nothing, its slot holds nothing afterwards, and
-        it is listed in ``SaveOutcome.failed``.
-        """
-        self._fail = check_fail_predicate(predicate)
-
-    def _save_batch(
-        self, saves: Sequence[SsmSnapshotSave] | SaveBatch
-    ) -> tuple[SsmSnapshotSave, ...]:
-        """Run the save steps; return the saves that failed."""
-        self._check_owned()
-        rows, flat, positions, tickets = self._tags.check_saves(saves)
-        fail = self._fail
-        # Fault injection costs nothing when no fault is set.
-        failed = [] if fail is None else [k for k in range(len(rows)) if fail(saves[k])]
-        if failed:
-            skip = set(failed)
-            kept = [k for k in range(len(rows)) if k not in skip]
-            copy_rows, copy_flat = [rows[k] for k in kept], [flat[k] for k in kept]
-        else:
-            copy_rows, copy_flat = rows, flat
-        if copy_rows:
-            try:
-                self._copy_saves(copy_rows, copy_flat)
-            except BaseException:
-                # Some state may hold the new rows and some the old: no
-                # restore may read any slot of this batch.
-                self._tags.forget(flat)
-                raise
-        self._tags.commit(flat, positions, tickets, failed)
-        return tuple(saves[k] for k in failed)
-
-    def _restore_batch(self, restores: Sequence[SsmSnapshotRestore]) -> None:
-        """Run the restore steps."""
-        self._check_owned()
-        rows, flat = self._tags.check_restores(restores)
-        if rows:
-            self._copy_restores(rows, flat)
-
-    # -- what a backend supplies -------------------------------------------------
-
-    def _check_owned(self) -> None:
-        """Raise ``InvalidArgumentError`` if the memory the pool copies is no longer its own."""
-
-    def _copy_saves(self, rows: list[int], flat: list[int]) -> None:
-        """Copy live row ``rows[k]`` into storage row ``flat[k]`` (rows are unique)."""
-        raise NotImplementedError
-
-    def _copy_restores(self, rows: list[int], flat: list[int]) -> None:
-        """Copy storage row ``flat[k]`` into live row ``rows[k]`` (rows are unique)."""
-        raise NotImplementedError

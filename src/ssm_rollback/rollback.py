@@ -26,11 +26,23 @@ from ._batched import snapshot_boundaries
 from ._effects import SsmSnapshotRestore, SsmSnapshotSave, trusted_save
 from ._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int
 from ._ring import SsmDecodeRing
+from ._verify import (
+    ReplaySegment,
+    VerifyBatch,
+    VerifyPlan,
+    commit_verified,
+    commit_verified_batch,
+)
 
 __all__ = [
     "DeclineReason",
+    "ReplaySegment",
     "RollbackDeclined",
     "RollbackPlan",
+    "VerifyBatch",
+    "VerifyPlan",
+    "commit_verified",
+    "commit_verified_batch",
     "find_last_boundary_with_snapshot",
     "rollback_to_boundary",
     "snapshot_boundaries",

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import final
 
-from .._effects import SaveBatch, SsmSnapshotRestore, SsmSnapshotSave
-from .._slots import PoolBase
+from .._effects import SaveBatch, SsmSnapshotRestore, SsmSnapshotSave, SsmStateAccept
+from .._pool_base import PoolBase
 from ..pool import SaveOutcome
 
 __all__ = ["FakeSnapshotPool"]
@@ -19,24 +19,34 @@ class FakeSnapshotPool(PoolBase):
     ``save`` stores ``live[seq]`` in the slot, ``restore`` puts the stored
     value back into ``live[seq]``; ``fail_when(predicate)`` makes every save
     for which ``predicate(save)`` is true fail (``None`` turns faults off).
-    ``save_calls`` and ``restore_calls`` count batched calls, ``copies`` the
-    rows copied. Give each row's live state a value that names its position
-    (the tokens so far, say) and every wrong restore shows.
+    ``save_calls``, ``restore_calls`` and ``accept_calls`` count batched
+    calls, ``copies`` the rows copied. Give each row's live state a value
+    that names its position (the tokens so far, say) and every wrong restore
+    shows.
+
+    ``intermediate[seq]`` is row ``seq``'s intermediate buffer of a verify
+    step (SPEC 9): a list whose index ``j`` a test sets to the state after
+    ``first_position + j`` tokens. Saves with a ``source`` copy from it,
+    ``accept`` makes an entry live, and an index the list does not hold is
+    refused with ``StaleSnapshotError``.
     """
 
     def __init__(self, num_sequences: int, slots_per_sequence: int) -> None:
         super().__init__(num_sequences, slots_per_sequence)
         self.live: list[object] = [None] * self.num_sequences
         self._stored: list[object] = [None] * (self.num_sequences * self.slots_per_sequence)
+        self.intermediate: list[list[object]] = [[] for _ in range(self.num_sequences)]
         self.save_calls = 0
         self.restore_calls = 0
+        self.accept_calls = 0
         self.copies = 0
 
     def __repr__(self) -> str:
         return (
             f"FakeSnapshotPool(num_sequences={self.num_sequences}, "
             f"slots_per_sequence={self.slots_per_sequence}, save_calls={self.save_calls}, "
-            f"restore_calls={self.restore_calls}, copies={self.copies})"
+            f"restore_calls={self.restore_calls}, accept_calls={self.accept_calls}, "
+            f"copies={self.copies})"
         )
 
     def save(self, saves: Sequence[SsmSnapshotSave] | SaveBatch, /) -> SaveOutcome:
@@ -49,6 +59,11 @@ class FakeSnapshotPool(PoolBase):
         """Put each restore's stored value back into ``live[seq]``; stale restores copy nothing."""
         self._restore_batch(restores)
         self.restore_calls += 1
+
+    def accept(self, accepts: Sequence[SsmStateAccept], /) -> None:
+        """Make each accept's intermediate entry its row's live value; bad indices copy nothing."""
+        self._accept_batch(accepts)
+        self.accept_calls += 1
 
     def stored_value(self, seq: int, slot: int) -> object:
         """The value snapshot ``(seq, slot)`` holds (``None`` when it holds nothing)."""
@@ -66,4 +81,21 @@ class FakeSnapshotPool(PoolBase):
         stored, live = self._stored, self.live
         for seq, i in zip(rows, flat, strict=True):
             live[seq] = stored[i]
+        self.copies += len(rows)
+
+    def _intermediate_count(self, seq: int) -> int:
+        return len(self.intermediate[seq])
+
+    def _copy_intermediate_saves(
+        self, rows: list[int], flat: list[int], indices: list[int]
+    ) -> None:
+        stored, staged = self._stored, self.intermediate
+        for seq, i, j in zip(rows, flat, indices, strict=True):
+            stored[i] = staged[seq][j]
+        self.copies += len(rows)
+
+    def _copy_accepts(self, rows: list[int], indices: list[int]) -> None:
+        live, staged = self.live, self.intermediate
+        for seq, j in zip(rows, indices, strict=True):
+            live[seq] = staged[seq][j]
         self.copies += len(rows)

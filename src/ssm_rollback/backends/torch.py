@@ -19,85 +19,28 @@ device with ``non_blocking=True`` from pinned memory.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final, final
+from typing import final
 
 import torch
 
-from .._effects import SaveBatch, SsmSnapshotRestore, SsmSnapshotSave
-from .._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int
-from .._slots import PoolBase
+from .._effects import SaveBatch, SsmSnapshotRestore, SsmSnapshotSave, SsmStateAccept
+from .._errors import InvalidArgumentError, check_non_negative_int
+from .._pool_base import PoolBase
 from ..pool import SaveOutcome
-from ._torch_copy import Copier
+from ._torch_checks import (
+    SUPPORTED_DTYPES,
+    check_intermediate_states,
+    check_live_states,
+    describe_memory,
+    fingerprint,
+)
+from ._torch_copy import Copier, row_views
 
 __all__ = ["SUPPORTED_DTYPES", "TorchSnapshotPool"]
-
-#: Dtypes a state tensor may have: the floating types SSM kernels keep state in.
-SUPPORTED_DTYPES: Final = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
-
-
-def _check_live_states(live_states: Sequence[torch.Tensor], batch_dim: int) -> int:
-    """Validate the live state tensors; return their shared row count."""
-    if isinstance(live_states, torch.Tensor) or not isinstance(live_states, Sequence):
-        raise InvalidArgumentTypeError(
-            f"'live_states' must be a sequence of torch tensors, got {type(live_states).__name__}"
-        )
-    if not live_states:
-        raise InvalidArgumentError("'live_states' must hold at least one tensor, got none")
-    rows: int | None = None
-    device: torch.device | None = None
-    for i, tensor in enumerate(live_states):
-        if not isinstance(tensor, torch.Tensor):
-            raise InvalidArgumentTypeError(
-                f"'live_states[{i}]' must be a torch.Tensor, got {type(tensor).__name__}"
-            )
-        if tensor.dtype not in SUPPORTED_DTYPES:
-            names = ", ".join(sorted(str(d) for d in SUPPORTED_DTYPES))
-            raise InvalidArgumentError(
-                f"'live_states[{i}]' must have one of the dtypes {names}, got {tensor.dtype}"
-            )
-        if tensor.dim() <= batch_dim:
-            raise InvalidArgumentError(
-                f"'live_states[{i}]' must have a dim {batch_dim} ('batch_dim'), got shape "
-                f"{tuple(tensor.shape)}"
-            )
-        if device is None:
-            device = tensor.device
-        elif tensor.device != device:
-            raise InvalidArgumentError(
-                f"'live_states' must all be on one device, got {device} for live_states[0] "
-                f"and {tensor.device} for live_states[{i}]"
-            )
-        if rows is None:
-            rows = tensor.shape[batch_dim]
-        elif tensor.shape[batch_dim] != rows:
-            raise InvalidArgumentError(
-                f"'live_states' must all have the same rows on batch_dim {batch_dim}, got "
-                f"{rows} for live_states[0] and {tensor.shape[batch_dim]} for "
-                f"live_states[{i}] (shape {tuple(tensor.shape)})"
-            )
-    assert rows is not None
-    return rows
 
 
 def _batch_dim(value: int) -> int:
     return check_non_negative_int("batch_dim", value)
-
-
-#: What makes a live tensor the memory the pool was built over: its address
-#: (storage offset included), shape, strides, dtype and device.
-_Fingerprint = tuple[int, torch.Size, tuple[int, ...], torch.dtype, torch.device]
-
-
-def _fingerprint(tensor: torch.Tensor) -> _Fingerprint:
-    return (tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype, tensor.device)
-
-
-def _describe_memory(fingerprint: _Fingerprint) -> str:
-    ptr, shape, stride, dtype, device = fingerprint
-    return (
-        f"{tuple(shape)} {str(dtype).removeprefix('torch.')} on {device}, "
-        f"strides {stride}, at {ptr:#x}"
-    )
 
 
 @final
@@ -110,8 +53,14 @@ class TorchSnapshotPool(PoolBase):
     one device. They must stay the same tensor objects over the same memory,
     updated in place: the pool copies into and out of them, and a tensor
     that was resized, re-pointed (``set_``, ``.data =``) or moved makes
-    ``save`` and ``restore`` raise ``InvalidArgumentError`` naming it, with
-    nothing copied. Storage is allocated here, once.
+    ``save``, ``restore`` and ``accept`` raise ``InvalidArgumentError``
+    naming it, with nothing copied. Storage is allocated here, once.
+
+    ``intermediate_states`` (SPEC 9) are the engine's per-draft buffers of a
+    verify step, one per live tensor, shaped like it with ``k + 1`` states
+    per row right after ``batch_dim``; index ``j`` of a row is its state
+    after ``first_position + j`` tokens. With them the pool also copies
+    intermediate-sourced saves and ``SsmStateAccept``, batched.
     """
 
     def __init__(
@@ -120,13 +69,20 @@ class TorchSnapshotPool(PoolBase):
         slots_per_sequence: int,
         *,
         batch_dim: int = 0,
+        intermediate_states: Sequence[torch.Tensor] | None = None,
     ) -> None:
         batch_dim = _batch_dim(batch_dim)
         slots = check_non_negative_int("slots_per_sequence", slots_per_sequence)
-        rows = _check_live_states(live_states, batch_dim)
+        rows = check_live_states(live_states, batch_dim)
         super().__init__(rows, slots)
         self._live: tuple[torch.Tensor, ...] = tuple(live_states)
-        self._memory = tuple(_fingerprint(t) for t in self._live)
+        self._depth = 0
+        self._intermediate: tuple[torch.Tensor, ...] = ()
+        if intermediate_states is not None:
+            self._depth = check_intermediate_states(intermediate_states, self._live, batch_dim)
+            self._intermediate = tuple(intermediate_states)
+        self._owned = (*self._live, *self._intermediate)
+        self._memory = tuple(fingerprint(t) for t in self._owned)
         self._batch_dim = batch_dim
         self._device = self._live[0].device
         try:
@@ -140,16 +96,28 @@ class TorchSnapshotPool(PoolBase):
                 f"'slots_per_sequence' must leave snapshot storage that fits on {self._device}, "
                 f"got {slots} slots needing {needed} bytes: {error}"
             ) from None
-        # The copies run on views of live and storage as rows of the widest
-        # integer that divides a row: bitwise the same, several times fewer
-        # elements for the index kernels to move one by one.
-        self._copier = Copier(
-            tuple(
-                _row_views(live, storage, batch_dim)
-                for live, storage in zip(self._live, self._storage, strict=True)
-            ),
-            batch_dim,
-        )
+        views = [self._views(i, batch_dim) for i in range(len(self._live))]
+        self._live_rows = [v[0] for v in views]
+        self._storage_rows = [v[1] for v in views]
+        self._intermediate_rows = [v[2] for v in views if len(v) == 3]
+        self._copier = Copier(self._live_rows, batch_dim)
+
+    def _views(self, i: int, batch_dim: int) -> list[torch.Tensor]:
+        tensors = [self._live[i], self._storage[i]]
+        if self._intermediate:
+            buffer = self._intermediate[i]
+            shape = list(buffer.shape)
+            shape[batch_dim : batch_dim + 2] = [shape[batch_dim] * shape[batch_dim + 1]]
+            try:  # the k + 1 states of each row as consecutive rows: [*lead, rows * (k + 1), ...]
+                tensors.append(buffer.view(shape))
+            except RuntimeError:
+                raise InvalidArgumentError(
+                    f"'intermediate_states[{i}]' must let its row and state dims be viewed as "
+                    f"one (contiguous there), got strides {buffer.stride()}"
+                ) from None
+        # Rows as the widest integer that divides them: bitwise the same,
+        # several times fewer elements for the index kernels to move.
+        return row_views(tensors, batch_dim)
 
     # -- sizes ---------------------------------------------------------------
 
@@ -159,23 +127,13 @@ class TorchSnapshotPool(PoolBase):
     ) -> int:
         """Bytes a pool over ``live_states`` with this many slots would allocate (plan first)."""
         slots = check_non_negative_int("slots_per_sequence", slots_per_sequence)
-        _check_live_states(live_states, _batch_dim(batch_dim))
+        check_live_states(live_states, _batch_dim(batch_dim))
         return slots * sum(t.numel() * t.element_size() for t in live_states)
 
     @property
     def nbytes(self) -> int:
         """Bytes of snapshot storage this pool allocated."""
         return sum(s.numel() * s.element_size() for s in self._storage)
-
-    @property
-    def num_sequences(self) -> int:
-        """Rows: the size of every live state tensor on ``batch_dim``."""
-        return self._tags.num_sequences
-
-    @property
-    def slots_per_sequence(self) -> int:
-        """Snapshot slots per row."""
-        return self._tags.slots_per_sequence
 
     @property
     def batch_dim(self) -> int:
@@ -192,20 +150,27 @@ class TorchSnapshotPool(PoolBase):
         """The live state tensors the pool copies from and into."""
         return self._live
 
+    @property
+    def intermediate_states(self) -> tuple[torch.Tensor, ...]:
+        """The intermediate buffers of a verify step (empty when the pool has none)."""
+        return self._intermediate
+
     def __repr__(self) -> str:
         return (
             f"TorchSnapshotPool(num_sequences={self.num_sequences}, "
             f"slots_per_sequence={self.slots_per_sequence}, tensors={len(self._live)}, "
-            f"batch_dim={self._batch_dim}, device={self._device}, nbytes={self.nbytes})"
+            f"batch_dim={self._batch_dim}, device={self._device}, nbytes={self.nbytes}, "
+            f"intermediate_states={self._depth})"
         )
 
     # -- copies ----------------------------------------------------------------
 
     def save(self, saves: Sequence[SsmSnapshotSave] | SaveBatch, /) -> SaveOutcome:
-        """Copy each save's live row into its snapshot slot: one ``index_copy_`` per tensor.
+        """Copy each save's state (live, or its intermediate index) into its snapshot slot.
 
-        If torch raises during the copies (out of memory, a device error),
-        the slots of the whole batch are marked as holding nothing before the
+        One batched copy per tensor for the live-sourced saves and one for
+        the intermediate-sourced ones. If torch raises during the copies, the
+        slots of the whole batch are marked as holding nothing before the
         error propagates, so no restore can read a half-written snapshot.
         """
         return SaveOutcome(self._save_batch(saves))
@@ -214,55 +179,49 @@ class TorchSnapshotPool(PoolBase):
         """Copy each restore's snapshot back into its live row; stale restores copy nothing."""
         self._restore_batch(restores)
 
+    def accept(self, accepts: Sequence[SsmStateAccept], /) -> None:
+        """Make each accept's intermediate state its row's live state: one copy per tensor."""
+        self._accept_batch(accepts)
+
     def _check_owned(self) -> None:
-        for i, (tensor, memory) in enumerate(zip(self._live, self._memory, strict=True)):
-            now = _fingerprint(tensor)
+        for i, (tensor, memory) in enumerate(zip(self._owned, self._memory, strict=True)):
+            now = fingerprint(tensor)
             if now != memory:
+                live = len(self._live)
+                name = f"live_states[{i}]" if i < live else f"intermediate_states[{i - live}]"
                 raise InvalidArgumentError(
-                    f"'live_states[{i}]' must still be the memory the pool was built over "
-                    f"({_describe_memory(memory)}), got {_describe_memory(now)}: it was "
+                    f"'{name}' must still be the memory the pool was built over "
+                    f"({describe_memory(memory)}), got {describe_memory(now)}: it was "
                     f"resized, re-pointed or moved; copying nothing, make a new pool"
                 )
 
+    def _intermediate_count(self, seq: int) -> int:
+        return self._depth
+
     def _copy_saves(self, rows: list[int], flat: list[int]) -> None:
         with torch.no_grad():
-            self._copier.save(rows, flat)
+            self._copier.move(self._live_rows, self._storage_rows, rows, flat)
 
     def _copy_restores(self, rows: list[int], flat: list[int]) -> None:
         with torch.no_grad():
-            self._copier.restore(rows, flat)
+            self._copier.move(self._storage_rows, self._live_rows, flat, rows)
+
+    def _copy_intermediate_saves(
+        self, rows: list[int], flat: list[int], indices: list[int]
+    ) -> None:
+        depth = self._depth
+        staged = [seq * depth + j for seq, j in zip(rows, indices, strict=True)]
+        with torch.no_grad():
+            self._copier.move(self._intermediate_rows, self._storage_rows, staged, flat)
+
+    def _copy_accepts(self, rows: list[int], indices: list[int]) -> None:
+        depth = self._depth
+        staged = [seq * depth + j for seq, j in zip(rows, indices, strict=True)]
+        with torch.no_grad():
+            self._copier.move(self._intermediate_rows, self._live_rows, staged, rows)
 
 
 def _storage_shape(live: torch.Tensor, batch_dim: int, slots: int) -> tuple[int, ...]:
     shape = list(live.shape)
     shape[batch_dim] *= slots
     return tuple(shape)
-
-
-_ROW_DTYPES: Final = (torch.int64, torch.int32, torch.int16, torch.uint8)
-
-
-def _row_views(
-    live: torch.Tensor, storage: torch.Tensor, batch_dim: int
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``live`` and ``storage`` as ``[*lead, rows, row]`` of one wide integer dtype, if possible.
-
-    Falls back to the tensors themselves when the dims after ``batch_dim``
-    cannot be flattened into a view (a strided live tensor, say).
-    """
-    lead = batch_dim + 1
-    try:
-        live_rows = live.view(*live.shape[:lead], -1)
-        storage_rows = storage.view(*storage.shape[:lead], -1)
-    except RuntimeError:
-        return live, storage
-    row_bytes = live_rows.shape[-1] * live.element_size()
-    for dtype in _ROW_DTYPES:
-        width = torch.empty((), dtype=dtype).element_size()
-        if row_bytes == 0 or row_bytes % width:
-            continue
-        try:
-            return live_rows.view(dtype), storage_rows.view(dtype)
-        except RuntimeError:
-            continue
-    return live_rows, storage_rows

@@ -7,7 +7,7 @@ from typing import ClassVar, Generic, TypeVar
 
 import pytest
 
-from ssm_rollback._effects import SsmSnapshotRestore, SsmSnapshotSave
+from ssm_rollback._effects import SsmSnapshotRestore, SsmSnapshotSave, SsmStateAccept
 from ssm_rollback._errors import InvalidArgumentError, StaleSnapshotError
 from ssm_rollback._ring import SsmDecodeRing
 from ssm_rollback.pool import SaveOutcome, SnapshotPool, apply_effects
@@ -17,9 +17,11 @@ __all__ = ["PoolAdapter", "SnapshotPoolConformance"]
 P = TypeVar("P", bound=SnapshotPool)
 
 
-def Save(seq: int, slot: int, position: int, ticket: int | None = None) -> SsmSnapshotSave:
+def Save(
+    seq: int, slot: int, position: int, ticket: int | None = None, source: int | None = None
+) -> SsmSnapshotSave:
     """A save whose ticket defaults to its position: distinct enough for a pool's own tests."""
-    return SsmSnapshotSave(seq, slot, position, position if ticket is None else ticket)
+    return SsmSnapshotSave(seq, slot, position, position if ticket is None else ticket, source)
 
 
 def Restore(seq: int, slot: int, position: int, ticket: int | None = None) -> SsmSnapshotRestore:
@@ -52,6 +54,11 @@ class PoolAdapter(Generic[P]):
 
     def fail_saves(self, pool: P, predicate: Callable[[SsmSnapshotSave], bool]) -> bool:
         """Make saves for which ``predicate`` holds fail; return False if the backend can't."""
+        return False
+
+    def set_intermediate(self, pool: P, seq: int, values: list[int]) -> bool:
+        """Make row ``seq``'s intermediate states the markers ``values`` (index ``j`` holds
+        ``values[j]``); return False if the backend keeps no intermediate states (SPEC 9)."""
         return False
 
 
@@ -294,6 +301,39 @@ class SnapshotPoolConformance(PoolAdapter[P]):
         self.fail_saves(pool, lambda save: False)
         assert pool.save([Save(1, 0, 6)]).ok
         assert pool.stored_position(1, 0) == 6
+
+    def _staging(self, pool: P, seq: int, values: list[int]) -> None:
+        if not self.set_intermediate(pool, seq, values):
+            pytest.skip("this backend keeps no intermediate states")
+
+    def test_an_accept_makes_exactly_its_intermediate_state_live(self) -> None:
+        pool = self._pool()
+        self._staging(pool, 2, [60, 61, 62])
+        self._staging(pool, 4, [70, 71, 72])
+        apply_effects(pool, [SsmStateAccept(2, 1), SsmStateAccept(4, 2)], [])
+        assert self._live(pool) == [1, 2, 61, 4, 72, 6]
+
+    def test_saves_from_intermediate_states_hold_exactly_their_own_state(self) -> None:
+        pool = self._pool()
+        self._staging(pool, 1, [30, 31, 32])
+        self._staging(pool, 3, [40, 41, 42])
+        saves = [Save(1, 0, 5, 1, source=0), Save(1, 2, 7, 2, source=2), Save(3, 1, 9, 3, 1)]
+        assert pool.save(saves).ok
+        self.set_live(pool, 1, 99)
+        pool.restore([Restore(1, 0, 5, 1), Restore(3, 1, 9, 3)])
+        assert (self.get_live(pool, 1), self.get_live(pool, 3)) == (30, 41)
+        pool.restore([Restore(1, 2, 7, 2)])
+        assert self.get_live(pool, 1) == 32
+
+    def test_an_intermediate_index_the_row_lacks_is_refused_copying_nothing(self) -> None:
+        pool = self._pool()
+        self._staging(pool, 0, [50, 51, 52])
+        live, tags = self._live(pool), self._tags(pool)
+        with pytest.raises(StaleSnapshotError, match="intermediate state 3"):
+            pool.save([Save(1, 0, 2, 2), Save(0, 0, 5, 5, source=3)])
+        with pytest.raises(StaleSnapshotError, match="intermediate state 3"):
+            apply_effects(pool, [SsmStateAccept(0, 3)], [])
+        assert (self._live(pool), self._tags(pool)) == (live, tags)
 
     def test_apply_effects_discards_failed_saves_from_their_rings(self) -> None:
         pool = self._pool()
