@@ -18,6 +18,7 @@ from ssm_rollback import (
     StaleSnapshotError,
     apply_effects,
     rollback_to_boundary,
+    snapshot_boundaries,
 )
 from ssm_rollback.backends.fake import FakeSnapshotPool
 from ssm_rollback.reserve import (
@@ -255,3 +256,24 @@ def test_a_pool_without_stored_ticket_is_refused_naming_the_method() -> None:
             InvalidArgumentError, match=r"'pool' must be a SnapshotPool .*stored_ticket"
         ):
             apply_effects(_PoolWithoutTickets(), effects, [SsmDecodeRing(1)])  # type: ignore[arg-type]
+
+
+# -- the batched step ----------------------------------------------------------------------------
+
+
+def test_a_batched_step_row_equal_to_the_number_of_rings_is_a_library_error() -> None:
+    """Off by one in snapshot_boundaries' ring lookup (``row >= len(rings)``): no IndexError."""
+    rings = [SsmDecodeRing(2), SsmDecodeRing(2)]
+    with pytest.raises(InvalidArgumentError, match="got 2 rings and row 2"):
+        snapshot_boundaries(rings, positions=[1], is_boundary=[True], in_thinking=[False], rows=[2])
+    assert [len(ring) for ring in rings] == [0, 0]
+
+
+def test_a_batched_step_with_fewer_rings_than_rows_is_a_library_error() -> None:
+    """The in-order fast path trusting a list of rings one short: nothing recorded, no crash."""
+    rings = [SsmDecodeRing(2)]
+    with pytest.raises(InvalidArgumentError, match="got 1 rings and row 1"):
+        snapshot_boundaries(
+            rings, positions=[1, 1], is_boundary=[True, True], in_thinking=[False, False]
+        )
+    assert len(rings[0]) == 0
