@@ -9,9 +9,9 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from ssm_rollback._effects import SsmSnapshotRestore, SsmSnapshotSave
+from ssm_rollback._effects import SsmSnapshotRestore, SsmSnapshotSave, SsmStateAccept
 from ssm_rollback._errors import StaleSnapshotError
-from ssm_rollback.pool import SnapshotPool
+from ssm_rollback.pool import SnapshotPool, apply_effects
 
 from ._pool_conformance import PoolAdapter
 
@@ -49,17 +49,31 @@ class SnapshotPoolMachine(RuleBasedStateMachine):
         # The machine only hands the adapter pools the adapter itself built.
         return type(name, (cls,), {"adapter": cast(PoolAdapter[SnapshotPool], adapter)})
 
+    #: Intermediate states a row holds after ``stage`` (a verify step of two drafts).
+    staged_states: ClassVar[int] = 3
+
     def __init__(self) -> None:
         super().__init__()
         rows, slots = self.num_sequences, self.slots_per_sequence
         self.pool = self.adapter.make_pool(rows, slots)
         self.can_fail = self.adapter.fail_saves(self.pool, lambda save: False)
+        # Row -> the markers of its intermediate states (what a verify step produced).
+        self.staged: dict[int, list[int]] = {}
+        self.can_stage = True
         self.live = dict.fromkeys(range(rows), 0)
         self.stored: dict[tuple[int, int], _Held] = {}
         self.marker = 0
         self.tickets = itertools.count(1)
         for seq in range(rows):
             self.adapter.set_live(self.pool, seq, 0)
+        # Every row starts with a staged buffer: a pool of fixed-size buffers
+        # (the torch pool's) holds k + 1 states for every row at all times.
+        for seq in range(rows):
+            values = [self._marker() for _ in range(self.staged_states)]
+            if not self.adapter.set_intermediate(self.pool, seq, values):
+                self.can_stage = False
+                break
+            self.staged[seq] = values
 
     def _rows(self) -> st.SearchStrategy[list[int]]:
         return st.lists(
@@ -69,9 +83,69 @@ class SnapshotPoolMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def decode(self, data: st.DataObject) -> None:
         for seq in data.draw(self._rows(), label="rows"):
-            self.marker = self.marker % 199 + 1  # markers below 200: exact in every dtype
-            self.live[seq] = self.marker
-            self.adapter.set_live(self.pool, seq, self.marker)
+            self.live[seq] = self._marker()
+            self.adapter.set_live(self.pool, seq, self.live[seq])
+
+    def _marker(self) -> int:
+        self.marker = self.marker % 199 + 1  # markers below 200: exact in every dtype
+        return self.marker
+
+    @rule(data=st.data())
+    def stage(self, data: st.DataObject) -> None:
+        """A verify step fills some rows' intermediate buffers."""
+        for seq in data.draw(self._rows(), label="rows"):
+            values = [self._marker() for _ in range(self.staged_states)]
+            if not self.adapter.set_intermediate(self.pool, seq, values):
+                self.can_stage = False
+                return
+            self.staged[seq] = values
+
+    @rule(data=st.data())
+    def accept(self, data: st.DataObject) -> None:
+        """Accept an intermediate state per row; an index the row lacks is refused."""
+        if not self.can_stage or not self.staged:
+            return
+        accepts = [
+            SsmStateAccept(seq, data.draw(st.integers(0, self.staged_states), label="index"))
+            for seq in data.draw(self._rows(), label="rows")
+        ]
+        if any(a.index >= len(self.staged.get(a.seq, [])) for a in accepts):
+            with pytest.raises(StaleSnapshotError):
+                apply_effects(self.pool, accepts, [])
+            return
+        apply_effects(self.pool, accepts, [])
+        for a in accepts:
+            self.live[a.seq] = self.staged[a.seq][a.index]
+
+    @rule(data=st.data())
+    def save_staged(self, data: st.DataObject) -> None:
+        """Saves from intermediate states: a row may save two of them into two slots."""
+        if not self.can_stage or not self.staged:
+            return
+        seq = data.draw(st.sampled_from(sorted(self.staged)), label="seq")
+        count = min(self.staged_states, self.slots_per_sequence)
+        slots = data.draw(
+            st.lists(
+                st.integers(0, self.slots_per_sequence - 1), min_size=1, max_size=count, unique=True
+            ),
+            label="slots",
+        )
+        sources = data.draw(
+            st.lists(
+                st.integers(0, self.staged_states - 1),
+                min_size=len(slots),
+                max_size=len(slots),
+                unique=True,
+            ),
+            label="sources",
+        )
+        saves = [
+            SsmSnapshotSave(seq, slot, data.draw(st.integers(0, 9)), next(self.tickets), source=j)
+            for slot, j in zip(slots, sources, strict=True)
+        ]
+        assert self.pool.save(saves).ok
+        for s, j in zip(saves, sources, strict=True):
+            self.stored[s.seq, s.slot] = (s.token_position, s.ticket, self.staged[seq][j])
 
     @rule(data=st.data())
     def save(self, data: st.DataObject) -> None:
