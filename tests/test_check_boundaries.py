@@ -9,8 +9,10 @@ from __future__ import annotations
 import pytest
 
 from ssm_rollback import (
+    Effect,
     InvalidArgumentError,
     InvariantError,
+    SaveBatch,
     SlotTags,
     SsmDecodeRing,
     SsmSnapshotRestore,
@@ -277,3 +279,19 @@ def test_a_batched_step_with_fewer_rings_than_rows_is_a_library_error() -> None:
             rings, positions=[1, 1], is_boundary=[True, True], in_thinking=[False, False]
         )
     assert len(rings[0]) == 0
+
+
+def test_a_save_batch_row_equal_to_num_sequences_is_refused_before_any_copy() -> None:
+    """Off by one in apply_effects' fast check of a SaveBatch (``max(seqs) >= rows``)."""
+    pool = FakeSnapshotPool(2, 2)
+    rings = [SsmDecodeRing(2) for _ in range(3)]  # a ring for row 2: only the bound refuses it
+    effects: list[Effect] = [
+        Save(0, 0, 1, 1),
+        Restore(0, 0, 1, 1),
+        SaveBatch(seqs=[2], slots=[0], positions=[1], tickets=[2]),
+    ]
+    with pytest.raises(
+        InvalidArgumentError, match=r"'effects\[2\]\[0\]\.seq' must be < the pool's"
+    ):
+        apply_effects(pool, effects, rings)
+    assert (pool.save_calls, pool.restore_calls) == (0, 0)
