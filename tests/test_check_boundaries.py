@@ -295,3 +295,18 @@ def test_a_save_batch_row_equal_to_num_sequences_is_refused_before_any_copy() ->
     ):
         apply_effects(pool, effects, rings)
     assert (pool.save_calls, pool.restore_calls) == (0, 0)
+
+
+def test_a_save_batch_naming_a_row_saved_earlier_in_its_run_is_refused_before_any_copy() -> None:
+    """apply_effects' fast check of a SaveBatch skipping the rows earlier saves of its run named."""
+    pool = FakeSnapshotPool(2, 2)
+    rings = [SsmDecodeRing(2) for _ in range(2)]
+    effects: list[Effect] = [
+        Save(0, 0, 1, 1),
+        Restore(0, 0, 1, 1),
+        Save(1, 0, 2, 2),
+        SaveBatch(seqs=[1], slots=[1], positions=[3], tickets=[3]),
+    ]
+    with pytest.raises(InvalidArgumentError, match=r"seq 1 at effects\[2\] and effects\[3\]"):
+        apply_effects(pool, effects, rings)
+    assert (pool.save_calls, pool.restore_calls) == (0, 0)
