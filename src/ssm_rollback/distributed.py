@@ -1,0 +1,528 @@
+"""Tensor-parallel workers: a step's effects over ``torch.distributed``, and an agreement check.
+
+The scheduler decides on one rank; every tensor-parallel rank holds its own
+shard of the SSM state in its own pool. Per step:
+
+1. ``broadcast_effects(effects, src=scheduler)`` on every rank: the
+   scheduler's effects travel as one int64 tensor (after a small header), no
+   pickling, and every rank - the scheduler included - gets the same decoded
+   tuple back. Bad input raises ``SsmRollbackError`` on every rank: each
+   rank runs the same two collectives in the same order and decodes the
+   same words, so an error cannot leave a peer waiting.
+2. The scheduler applies them with ``apply_effects(pool, effects, rings)``;
+   a worker, which has no rings, with ``apply_on_worker(pool, effects)``.
+3. ``check_agreement(pool)`` on every rank: one small ``all_gather`` of a
+   digest of each rank's slot tags. A rank whose save failed (its slot holds
+   nothing where its peers hold the ticket) raises ``AgreementError`` on
+   every rank, naming that rank and the slots; the scheduler then retires
+   those snapshots with ``retire_disputed``.
+
+``shard_live_states``, ``shard_of`` and ``shard_pool`` size and build each
+rank's pool from ``ssm_rollback.reserve``'s per-rank shapes, split the way
+vLLM splits them.
+
+Without an initialised process group everything runs as a single rank: no
+collective, the same checks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from pathlib import Path
+from typing import Final, final
+
+import attrs
+import torch
+import torch.distributed as dist
+
+from . import _wire
+from ._effects import Effect
+from ._errors import InvalidArgumentError, InvariantError, SsmRollbackError, check_non_negative_int
+from ._ring import SsmDecodeRing, SsmRingEntry
+from .backends.torch import TorchSnapshotPool
+from .pool import Rings, SaveOutcome, SnapshotPool, apply_effects
+from .reserve import state_spec_from_hf_config
+
+__all__ = [
+    "AgreementError",
+    "SlotDispute",
+    "WireError",
+    "apply_on_worker",
+    "broadcast_effects",
+    "check_agreement",
+    "retire_disputed",
+    "shard_live_states",
+    "shard_of",
+    "shard_pool",
+]
+
+WireError = _wire.WireError
+
+_OK: Final = 0
+_REFUSED: Final = 1
+_HEADER: Final = 2  # status, payload length; then one format word per rank
+
+
+# -- the process group -------------------------------------------------------------------------
+
+
+def _active(group: dist.ProcessGroup | None) -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def _device(group: dist.ProcessGroup | None) -> torch.device:
+    """Where this group's collectives want their tensors: CUDA for NCCL, else the CPU."""
+    if dist.get_backend(group) == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+# -- effects --------------------------------------------------------------------------------
+
+
+def broadcast_effects(
+    effects: Iterable[Effect] | None, *, src: int, group: dist.ProcessGroup | None = None
+) -> tuple[Effect, ...]:
+    """The scheduler's step effects on every rank, as one int64 tensor; call it on every rank.
+
+    ``src`` is the scheduler's global rank (as in ``torch.distributed.broadcast``);
+    only it passes ``effects`` (the others pass ``None``, or anything: it is
+    ignored). Two collectives: an ``all_reduce`` of a header (the payload's
+    length, the sender's verdict on its input, and every rank's wire format
+    version), then a ``broadcast`` of the payload. Every rank decodes the
+    payload, so all return equal tuples or all raise: ``InvalidArgumentError``
+    when the scheduler's input was bad (with its message), ``WireError`` when
+    the ranks speak different format versions or the payload does not decode.
+    """
+    src = check_non_negative_int("src", src)
+    if not _active(group):
+        if src != 0:
+            raise InvalidArgumentError(
+                f"'src' must be 0 without an initialised process group (one rank), got {src}"
+            )
+        return _wire.decode(_wire.encode(() if effects is None else effects))
+    me = dist.get_rank()
+    size = dist.get_world_size(group)
+    device = _device(group)
+    status, payload = _OK, []
+    if me == src:
+        try:
+            payload = _wire.encode(() if effects is None else effects)
+        except SsmRollbackError as error:
+            status, payload = _REFUSED, list(str(error).encode("utf-8"))
+    header = torch.zeros(_HEADER + size, dtype=torch.int64)
+    if me == src:
+        header[0], header[1] = status, len(payload)
+    header[_HEADER + dist.get_rank(group)] = _wire.MAGIC
+    header = header.to(device)
+    dist.all_reduce(header, group=group)
+    status, length, *formats = header.tolist()
+    words = torch.empty(length, dtype=torch.int64, device=device)
+    if me == src:
+        words.copy_(torch.tensor(payload, dtype=torch.int64))
+    dist.broadcast(words, src=src, group=group)
+    received: list[int] = words.tolist()
+    if status == _REFUSED:
+        message = bytes(received).decode("utf-8", "replace")
+        raise InvalidArgumentError(f"rank {src} refused the step's effects: {message}")
+    if status != _OK or any(f != _wire.MAGIC for f in formats):
+        raise WireError(
+            f"every rank must speak wire format {_wire.MAGIC:#x} and the header status must be "
+            f"{_OK}, got status {status} and formats by rank "
+            f"{[hex(f) for f in formats]}: a corrupted header or mixed library versions"
+        )
+    return _wire.decode(received)
+
+
+@final
+class _NoRings(Mapping[int, SsmDecodeRing]):
+    """A worker's stand-in for the scheduler's rings: a disabled ring for every row.
+
+    ``apply_effects`` then checks and batches exactly as on the scheduler,
+    and its discard of a failed save finds no entry: a worker reports failed
+    saves, the scheduler's rings (through ``check_agreement``) act on them.
+    """
+
+    _ring: Final = SsmDecodeRing(0)
+
+    def __getitem__(self, seq: int) -> SsmDecodeRing:
+        return self._ring
+
+    def __contains__(self, seq: object) -> bool:
+        return True
+
+    def __iter__(self) -> _EmptyIterator:
+        return _EmptyIterator()
+
+    def __len__(self) -> int:
+        return 0
+
+
+@final
+class _EmptyIterator:
+    def __iter__(self) -> _EmptyIterator:
+        return self
+
+    def __next__(self) -> int:
+        raise StopIteration
+
+
+_NO_RINGS: Final = _NoRings()
+
+
+def apply_on_worker(pool: SnapshotPool, effects: Iterable[Effect]) -> SaveOutcome:
+    """A worker's ``apply_effects``: the same checks, batching and order, without rings.
+
+    Returns the saves that failed on this rank; ``check_agreement`` is how
+    the scheduler hears of them.
+    """
+    return apply_effects(pool, effects, _NO_RINGS)
+
+
+# -- agreement ------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class SlotDispute:
+    """A slot the ranks disagree about: the ticket each rank holds there (``None``: nothing)."""
+
+    seq: int
+    slot: int
+    tickets: tuple[int | None, ...]
+
+
+class AgreementError(InvariantError):
+    """The ranks' pools disagree about what their slots hold; raised on every rank alike.
+
+    ``rank`` is the first rank (in group order) whose view differs from the
+    majority's (rank 0's when tied); ``disputes`` lists the slots.
+    """
+
+    def __init__(self, message: str, rank: int, disputes: tuple[SlotDispute, ...]) -> None:
+        super().__init__(message)
+        self.rank = rank
+        self.disputes = disputes
+
+
+_EXCUSED: Final = -2  # a known dispute's slot, unchanged since it was reported
+
+
+def _tags(
+    pool: SnapshotPool, known: Mapping[tuple[int, int], tuple[int, int]] | None
+) -> tuple[list[int], list[int]]:
+    """Every slot's (position, ticket), -1 for nothing; and the same with known ones excused."""
+    rows, slots = pool.num_sequences, pool.slots_per_sequence
+    actual: list[int] = []
+    compared: list[int] = []
+    for seq in range(rows):
+        for slot in range(slots):
+            ticket = pool.stored_ticket(seq, slot)
+            position = pool.stored_position(seq, slot)
+            tag = (-1 if position is None else position, -1 if ticket is None else ticket)
+            actual += tag
+            excused = known is not None and known.get((seq, slot)) == tag
+            compared += (_EXCUSED, _EXCUSED) if excused else tag
+    return actual, compared
+
+
+def _gather(values: list[int], group: dist.ProcessGroup | None) -> list[list[int]]:
+    device = _device(group)
+    mine = torch.tensor(values, dtype=torch.int64, device=device)
+    everyone = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(everyone, mine, group=group)
+    return [t.tolist() for t in everyone]
+
+
+def _digest(values: list[int]) -> int:
+    # Ints hash the same in every process (PYTHONHASHSEED salts only str and
+    # bytes), and tuple hashing mixes order in: equal tags, equal digests.
+    return hash(tuple(values))
+
+
+def check_agreement(
+    pool: SnapshotPool,
+    group: dist.ProcessGroup | None = None,
+    *,
+    known: MutableMapping[tuple[int, int], tuple[int, int]] | None = None,
+) -> None:
+    """Raise ``AgreementError`` on every rank unless every rank's slots hold the same tags.
+
+    Call it on every rank after a step's effects were applied. One
+    ``all_gather`` of a three-word digest (the pool's shape and a hash of
+    every slot's position and ticket); only when they differ, a second one of
+    the tags themselves, to name the rank and the slots.
+
+    ``known`` (the same dict passed on every call, on every rank) makes the
+    check report each dispute once: on raising, the disputed slots are
+    recorded there with this rank's tags, and later checks pass over a slot
+    while it still holds what it held then - the scheduler has retired it
+    (``retire_disputed``) and no restore will name it. The next save that
+    writes the slot on every rank brings it back under the check.
+    """
+    if not _active(group):
+        return
+    actual, compared = _tags(pool, known)
+    shape = [pool.num_sequences, pool.slots_per_sequence]
+    digests = _gather([*shape, _digest(compared)], group)
+    if all(d == digests[0] for d in digests):
+        return
+    shapes = [d[:2] for d in digests]
+    if any(s != shapes[0] for s in shapes):
+        raise AgreementError(
+            f"every rank's pool must have the same (num_sequences, slots_per_sequence), got "
+            f"{shapes} by rank",
+            _odd_one(shapes),
+            (),
+        )
+    tables = _gather([*actual, *compared], group)
+    half = len(actual)
+    views = [t[half:] for t in tables]
+    rank = _odd_one([d[2] for d in digests])
+    disputes = _disputes(views, [t[:half] for t in tables], pool.slots_per_sequence)
+    if known is not None:
+        for d in disputes:
+            flat = 2 * (d.seq * pool.slots_per_sequence + d.slot)
+            known[(d.seq, d.slot)] = (actual[flat], actual[flat + 1])
+    shown = ", ".join(f"(seq {d.seq}, slot {d.slot}): tickets {d.tickets}" for d in disputes[:4])
+    more = f" and {len(disputes) - 4} more" if len(disputes) > 4 else ""
+    raise AgreementError(
+        f"every rank's slots must hold the same snapshots, got rank {rank} differing on "
+        f"{len(disputes)} slots - {shown}{more}",
+        rank,
+        disputes,
+    )
+
+
+def _odd_one(values: Sequence[object]) -> int:
+    """The first rank whose value is not the majority's (ties: the lowest rank's value wins)."""
+    counts: dict[object, int] = {}
+    for value in values:
+        counts[value] = counts.get(value, 0) + 1
+    best = max(counts.values())
+    majority = next(v for v in values if counts[v] == best)
+    return next(r for r, v in enumerate(values) if v != majority)
+
+
+def _disputes(
+    views: list[list[int]], actual: list[list[int]], slots: int
+) -> tuple[SlotDispute, ...]:
+    found = []
+    for k in range(0, len(views[0]), 2):
+        pair = (views[0][k], views[0][k + 1])
+        if all((v[k], v[k + 1]) == pair for v in views):
+            continue
+        tickets = tuple(None if a[k + 1] < 0 else a[k + 1] for a in actual)
+        found.append(SlotDispute(k // 2 // slots, k // 2 % slots, tickets))
+    return tuple(found)
+
+
+def retire_disputed(rings: Rings, error: AgreementError) -> tuple[SsmRingEntry, ...]:
+    """The scheduler's answer to ``AgreementError``: discard every disputed snapshot from its ring.
+
+    For each dispute, the ring entry in that slot is discarded if some rank
+    holds its ticket (the save that reached only some ranks), so no rollback
+    restores it on any rank. Returns the entries discarded.
+    """
+    retired = []
+    for d in error.disputes:
+        ring = rings.get(d.seq) if isinstance(rings, Mapping) else _row(rings, d.seq)
+        if ring is None:
+            continue
+        entry = next((e for e in ring.entries if e.snapshot_slot == d.slot), None)
+        if entry is not None and entry.ticket in d.tickets:
+            ring.discard(entry.token_position)
+            retired.append(entry)
+    return tuple(retired)
+
+
+def _row(rings: Sequence[SsmDecodeRing], seq: int) -> SsmDecodeRing | None:
+    return rings[seq] if seq < len(rings) else None
+
+
+# -- shard pools ----------------------------------------------------------------------------------
+
+Config = Mapping[str, object] | str | os.PathLike[str]
+
+
+@attrs.frozen
+class _Segment:
+    """A run of channels (or heads) of the full state, and how ranks split it."""
+
+    size: int
+    groups: int = 0  # > 0: ``groups`` groups, replicated when they do not divide tp_size
+
+
+def _fields(config: Config) -> Mapping[str, object]:
+    if isinstance(config, Mapping):
+        return config
+    path = Path(config)
+    if path.is_dir():
+        path = path / "config.json"
+    loaded: dict[str, object] = json.loads(path.read_text(encoding="utf-8"))
+    return loaded
+
+
+def _groups(config: Mapping[str, object]) -> int:
+    for name in ("n_groups", "mamba_n_groups", "mamba_ngroups"):
+        value = config.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return 1
+
+
+def _key_heads(config: Mapping[str, object]) -> int:
+    value = config.get("linear_num_key_heads")
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InvalidArgumentError(
+            f"config field 'linear_num_key_heads' must be an int >= 1, got {value!r}"
+        )
+    return value
+
+
+def _segments(config: Config, tensor: str) -> tuple[str, list[_Segment]]:
+    """The model's layer kind and the segments of ``tensor``'s first per-sequence dim."""
+    spec = state_spec_from_hf_config(config)  # checks the config before anything reads it
+    fields = _fields(config)
+    layer = spec.layers[0]
+    shapes = {t.name: t.shape for t in layer.tensors}
+    if tensor not in shapes:
+        raise InvalidArgumentError(
+            f"'tensor' must be one of {sorted(shapes)} ({spec.model_type}), got {tensor!r}"
+        )
+    channels = shapes[tensor][0]
+    if layer.kind == "mamba2" and tensor == "conv":
+        groups = _groups(fields)
+        state = shapes["ssm"][2]
+        inner = channels - 2 * groups * state
+        # x, then B and C: one state-sized block per group each
+        return layer.kind, [_Segment(inner), *[_Segment(groups * state, groups)] * 2]
+    if layer.kind == "gated_delta_net" and tensor == "conv":
+        heads, key_dim, value_dim = shapes["recurrent"]
+        keys = _key_heads(fields) * key_dim
+        return layer.kind, [_Segment(keys), _Segment(keys), _Segment(heads * value_dim)]
+    return layer.kind, [_Segment(channels)]
+
+
+def _slices(segments: list[_Segment], rank: int, tp: int) -> list[tuple[int, int]]:
+    """``(start, stop)`` of rank ``rank``'s share of each segment, in the full dim."""
+    out = []
+    start = 0
+    for seg in segments:
+        if seg.groups and seg.groups % tp:
+            if tp % seg.groups:
+                raise InvalidArgumentError(
+                    f"'tp_size' {tp} must be a multiple of the {seg.groups} groups when they do "
+                    f"not divide it (each rank's heads must share one group)"
+                )
+            width = seg.size // seg.groups  # one group per rank, replicated
+            group = rank * seg.groups // tp
+            out.append((start + group * width, start + (group + 1) * width))
+        else:
+            width = seg.size // tp
+            out.append((start + rank * width, start + (rank + 1) * width))
+        start += seg.size
+    return out
+
+
+def shard_of(
+    full: torch.Tensor, config: Config, *, tensor: str, rank: int, tp_size: int, dim: int
+) -> torch.Tensor:
+    """Rank ``rank``'s shard of a full (one-rank) state tensor, split as vLLM splits it.
+
+    ``tensor`` names the state (``"conv"``, ``"ssm"``, ``"recurrent"``, as in
+    ``state_spec_from_hf_config``) and ``dim`` is ``full``'s channel (or head)
+    dim. Heads and channels split evenly; a Mamba-2 conv state's ``B`` and
+    ``C`` groups split with them, or are replicated (the group of the rank's
+    heads) when they do not divide ``tp_size``. Returns a new tensor.
+    """
+    tp = check_non_negative_int("tp_size", tp_size)
+    rank = check_non_negative_int("rank", rank)
+    if not 0 <= rank < tp:
+        raise InvalidArgumentError(f"'rank' must be in [0, tp_size {tp}), got {rank}")
+    kind, segments = _segments(config, tensor)
+    if full.shape[dim] != sum(s.size for s in segments):
+        raise InvalidArgumentError(
+            f"'full' must have the one-rank {tensor} size {sum(s.size for s in segments)} on "
+            f"dim {dim} ({kind}), got shape {tuple(full.shape)}"
+        )
+    slices = _slices(segments, rank, tp)
+    per_rank = {
+        t.name: t.shape[0] for t in state_spec_from_hf_config(config, tp_size=tp).layers[0].tensors
+    }
+    if sum(b - a for a, b in slices) != per_rank[tensor]:  # pragma: no cover - reserve disagrees
+        raise InvariantError(
+            f"the {kind} {tensor} shard must have reserve's per-rank size {per_rank[tensor]}, "
+            f"got slices {slices}"
+        )
+    return torch.cat([full.narrow(dim, a, b - a) for a, b in slices], dim=dim)
+
+
+def _torch_dtype(name: str) -> torch.dtype:
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise InvalidArgumentError(f"'dtype' must name a torch dtype, got {name!r}")
+    return dtype
+
+
+def shard_live_states(
+    config: Config,
+    *,
+    num_sequences: int,
+    tp_size: int,
+    dtype: str | None = None,
+    device: torch.device | str | None = None,
+) -> tuple[torch.Tensor, ...]:
+    """Zeroed live state for one rank: per state tensor, ``[ssm_layers, num_sequences, *shape]``.
+
+    The shapes are ``state_spec_from_hf_config(config, tp_size=tp_size)``'s per-rank
+    ones, in its order (``conv`` first); rows on dim 1, so a pool over them
+    takes ``batch_dim=1``. An engine that allocates its own state passes that
+    to ``shard_pool`` instead.
+    """
+    rows = check_non_negative_int("num_sequences", num_sequences)
+    spec = state_spec_from_hf_config(config, tp_size=tp_size, dtype=dtype)
+    layers = len(spec.layers)
+    return tuple(
+        torch.zeros((layers, rows, *t.shape), dtype=_torch_dtype(t.dtype), device=device)
+        for t in spec.layers[0].tensors
+    )
+
+
+def shard_pool(
+    live_states: Sequence[torch.Tensor],
+    config: Config,
+    slots_per_sequence: int,
+    *,
+    tp_size: int,
+    intermediate_states: Sequence[torch.Tensor] | None = None,
+) -> TorchSnapshotPool:
+    """This rank's ``TorchSnapshotPool`` over its shard of the live state, shapes checked.
+
+    ``live_states`` is one tensor per state tensor of the model's SSM
+    layers, ``[ssm_layers, rows, *shape]`` with the per-rank shape that
+    ``state_spec_from_hf_config(config, tp_size=tp_size)`` gives (as
+    ``shard_live_states`` allocates them); a shape that differs raises
+    ``InvalidArgumentError`` naming the tensor. ``intermediate_states`` as
+    for ``TorchSnapshotPool``.
+    """
+    spec = state_spec_from_hf_config(config, tp_size=tp_size)
+    expected = [(len(spec.layers), *t.shape) for t in spec.layers[0].tensors]
+    names = [t.name for t in spec.layers[0].tensors]
+    if len(live_states) != len(expected):
+        raise InvalidArgumentError(
+            f"'live_states' must hold {len(expected)} tensors ({', '.join(names)}), got "
+            f"{len(live_states)}"
+        )
+    for i, (tensor, shape) in enumerate(zip(live_states, expected, strict=True)):
+        got = (tensor.shape[0], *tensor.shape[2:]) if tensor.dim() >= 2 else tuple(tensor.shape)
+        if got != shape:
+            raise InvalidArgumentError(
+                f"'live_states[{i}]' ({names[i]}) must be [{shape[0]}, rows, "
+                f"{', '.join(map(str, shape[1:]))}] for tp_size {tp_size}, got "
+                f"{list(tensor.shape)}"
+            )
+    return TorchSnapshotPool(
+        live_states, slots_per_sequence, batch_dim=1, intermediate_states=intermediate_states
+    )
