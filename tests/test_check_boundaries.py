@@ -310,3 +310,13 @@ def test_a_save_batch_naming_a_row_saved_earlier_in_its_run_is_refused_before_an
     with pytest.raises(InvalidArgumentError, match=r"seq 1 at effects\[2\] and effects\[3\]"):
         apply_effects(pool, effects, rings)
     assert (pool.save_calls, pool.restore_calls) == (0, 0)
+
+
+def test_a_save_batch_for_a_row_without_a_ring_is_refused_before_any_copy() -> None:
+    """apply_effects' fast check of a SaveBatch skipping the ring lookup of its rows."""
+    pool = FakeSnapshotPool(3, 2)
+    rings = [SsmDecodeRing(2) for _ in range(2)]
+    batch = SaveBatch(seqs=[0, 2], slots=[0, 0], positions=[1, 1], tickets=[1, 2])
+    with pytest.raises(InvalidArgumentError, match="got none for seq 2"):
+        apply_effects(pool, [batch], rings)
+    assert pool.save_calls == 0
