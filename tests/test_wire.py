@@ -1,0 +1,142 @@
+"""The wire format of ``ssm_rollback.distributed``: round trips and refusals, without processes."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ssm_rollback import (
+    Effect,
+    InvalidArgumentError,
+    SaveBatch,
+    SsmRollbackError,
+    SsmSnapshotRestore,
+    SsmSnapshotSave,
+    SsmStateAccept,
+    _wire,
+)
+
+ints = st.integers(0, 2**62)
+small = st.integers(0, 64)
+sources = st.none() | small
+
+
+def save_batches() -> st.SearchStrategy[SaveBatch]:
+    def build(n: int) -> st.SearchStrategy[SaveBatch]:
+        column = st.lists(ints, min_size=n, max_size=n)
+        source_column = st.none() | st.lists(st.integers(-1, 8), min_size=n, max_size=n)
+        return st.builds(SaveBatch, column, column, column, column, source_column)
+
+    return st.integers(0, 8).flatmap(build)
+
+
+effects: st.SearchStrategy[Effect] = st.one_of(
+    st.builds(SsmSnapshotSave, ints, ints, ints, ints, sources),
+    st.builds(SsmSnapshotRestore, ints, ints, ints, ints),
+    st.builds(SsmStateAccept, ints, small),
+    save_batches(),
+)
+
+
+@given(st.lists(effects, max_size=8))
+def test_decode_inverts_encode(step: list[Effect]) -> None:
+    words = _wire.encode(step)
+    assert all(-(2**63) <= w < 2**63 for w in words)
+    assert _wire.decode(words) == tuple(step)
+
+
+@given(st.lists(effects, min_size=1, max_size=6), st.data())
+def test_a_cut_payload_is_refused(step: list[Effect], data: st.DataObject) -> None:
+    words = _wire.encode(step)
+    cut = data.draw(st.integers(0, len(words) - 1))
+    with pytest.raises(_wire.WireError):
+        _wire.decode(words[:cut])
+
+
+@given(st.lists(effects, max_size=6), st.lists(st.integers(-5, 5), min_size=1, max_size=4))
+def test_trailing_words_are_refused(step: list[Effect], extra: list[int]) -> None:
+    with pytest.raises(_wire.WireError, match="must end after"):
+        _wire.decode([*_wire.encode(step), *extra])
+
+
+@given(st.lists(effects, max_size=6), st.integers(-(2**63), 2**63 - 1), st.data())
+def test_any_corrupted_word_decodes_to_effects_or_a_wire_error(
+    step: list[Effect], value: int, data: st.DataObject
+) -> None:
+    words = _wire.encode(step)
+    at = data.draw(st.integers(0, len(words) - 1))
+    words[at] = value
+    try:
+        decoded = _wire.decode(words)
+    except _wire.WireError:
+        return
+    assert all(
+        type(e) in (SsmSnapshotSave, SsmSnapshotRestore, SsmStateAccept, SaveBatch) for e in decoded
+    )
+
+
+def test_the_payload_layout_is_the_documented_one() -> None:
+    step: list[Effect] = [
+        SsmSnapshotSave(1, 2, 3, 4),
+        SsmSnapshotSave(1, 3, 5, 6, source=2),
+        SsmSnapshotRestore(0, 1, 2, 3),
+        SsmStateAccept(3, 2),
+        SaveBatch([1, 2], [0, 1], [5, 6], [7, 8]),
+        SaveBatch([4], [0], [9], [10], sources=[-1]),
+    ]
+    assert _wire.encode(step) == [
+        _wire.MAGIC, 6,
+        _wire.SAVE, 1, 2, 3, 4, -1,
+        _wire.SAVE, 1, 3, 5, 6, 2,
+        _wire.RESTORE, 0, 1, 2, 3,
+        _wire.ACCEPT, 3, 2,
+        _wire.SAVE_BATCH, 2, 0, 1, 2, 0, 1, 5, 6, 7, 8,
+        _wire.SAVE_BATCH, 1, _wire.HAS_SOURCES, 4, 0, 9, 10, -1,
+    ]  # fmt: skip
+    assert _wire.MAGIC & 0xFFFF == _wire.VERSION
+
+
+def test_an_unknown_kind_is_refused_naming_the_record() -> None:
+    words = _wire.encode([SsmStateAccept(0, 1)])
+    words[2] = 99
+    with pytest.raises(_wire.WireError, match="record 0 at word 2 must have a kind"):
+        _wire.decode(words)
+
+
+@pytest.mark.parametrize(
+    ("words", "message"),
+    [
+        ([], "magic word"),
+        ([_wire.MAGIC + 1, 0], "magic word"),
+        ([_wire.MAGIC, -1], "record count"),
+        ([_wire.MAGIC, 5], "record count"),
+        ([_wire.MAGIC, 1, _wire.SAVE_BATCH, 2, 7], "flags 0 or 1"),
+        ([_wire.MAGIC, 1, _wire.SAVE_BATCH, -3, 0], "of -3 rows"),
+        ([_wire.MAGIC, 1, _wire.SAVE_BATCH, 1, 0, 0, 0, 0], "of 1 rows needs 4 words"),
+        ([_wire.MAGIC, 1, _wire.ACCEPT, 0], "needs 2 words"),
+        ([_wire.MAGIC, 1, _wire.ACCEPT, -1, 0], "not a valid effect"),
+        ([_wire.MAGIC, 1, _wire.SAVE, 0, 0, 0, 0, -2], "not a valid effect"),
+        ([_wire.MAGIC, 1, _wire.SAVE_BATCH, 1, 1, 0, 0, 0, 0, -2], "not a valid effect"),
+    ],
+)
+def test_malformed_payloads_are_refused(words: list[int], message: str) -> None:
+    with pytest.raises(_wire.WireError, match=message):
+        _wire.decode(words)
+
+
+def test_a_wire_error_is_a_library_error_and_a_value_error() -> None:
+    with pytest.raises(ValueError, match="magic word") as caught:
+        _wire.decode([0])
+    assert isinstance(caught.value, SsmRollbackError)
+
+
+@pytest.mark.parametrize("bad", [[object()], [{"kind": "ssm_state_accept"}], "abc", 3])
+def test_encode_refuses_what_is_not_effects(bad: object) -> None:
+    with pytest.raises(InvalidArgumentError):
+        _wire.encode(bad)  # type: ignore[arg-type]
+
+
+def test_encode_refuses_a_value_int64_cannot_carry() -> None:
+    with pytest.raises(InvalidArgumentError, match="fit int64"):
+        _wire.encode([SsmStateAccept(2**63, 0)])
