@@ -9,24 +9,20 @@ the SSM state is restored from the snapshot, the attention KV cropped, and
 the next token resampled with the banned ones masked out. Every rollback is
 then checked against a fresh decode of the kept prefix from the prompt: the
 logits must be bitwise equal. The report counts what happened and how much
-time the rollbacks saved against recomputing from the prompt.
+time the rollbacks saved against recomputing from the prompt. The decoding
+loop is the public ``backtracking_generate``; this module only sets it up.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import attrs
 import torch
-from transformers import AutoModelForCausalLM, PretrainedConfig
-from transformers.cache_utils import Cache
+from transformers import AutoModelForCausalLM
 from transformers.utils import logging as hf_logging
 
-from ._ring import SsmDecodeRing
-from .integrations.transformers import HybridCacheSnapshotPool, crop_attention
-from .pool import apply_effects
-from .rollback import RollbackPlan, rollback_to_boundary, snapshot_boundary_if_ssm
+from .integrations.transformers import backtracking_generate
 from .testing._tiny import tiny_config
 
 __all__ = ["DEFAULT_MODEL_TYPE", "DemoOptions", "DemoReport", "run_demo"]
@@ -73,103 +69,46 @@ class DemoReport:
         return data
 
 
-class _Model:
-    """A tiny model and one-token-at-a-time forward passes over a cache."""
-
-    def __init__(self, config: PretrainedConfig, seed: int) -> None:
-        torch.manual_seed(seed)
-        model: torch.nn.Module = AutoModelForCausalLM.from_config(config)  # type: ignore[no-untyped-call]
-        self.model = model.eval()
-
-    def forward(self, ids: list[int], cache: Cache | None) -> tuple[torch.Tensor, Cache]:
-        with torch.no_grad():
-            inputs = torch.tensor([ids], dtype=torch.long)
-            out = self.model(inputs, use_cache=True, **({} if cache is None else {"cache": cache}))
-        logits: torch.Tensor = out.logits[0, -1]
-        return logits, out.cache
-
-    def fresh(self, prompt: list[int], tokens: list[int]) -> torch.Tensor:
-        """Logits after the prompt and then ``tokens`` one at a time, from scratch."""
-        logits, cache = self.forward(prompt, None)
-        for token in tokens:
-            logits, cache = self.forward([token], cache)
-        return logits
-
-
 def run_demo(options: DemoOptions, progress: Callable[[int, int], None]) -> DemoReport:
     """Decode ``options.length`` tokens with boundary rollback; ``progress(done, total)``."""
     hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
     config = tiny_config(options.model_type)
     vocab: int = config.get_text_config(decoder=True).vocab_size
-    model = _Model(config, options.seed)
+    torch.manual_seed(options.seed)
+    model: torch.nn.Module = AutoModelForCausalLM.from_config(config)  # type: ignore[no-untyped-call]
     rng = torch.Generator().manual_seed(options.seed)
-    is_boundary = [token % 8 == 0 for token in range(vocab)]  # "punctuation"
     banned = torch.tensor([token % 11 == 5 for token in range(vocab)])  # what a validator rejects
 
-    prompt = torch.randint(0, vocab, (PROMPT_LEN,), generator=rng).tolist()
-    logits, cache = model.forward(prompt, None)
-    pool = HybridCacheSnapshotPool(cache, options.capacity)
-    rings = [SsmDecodeRing(options.capacity)]
-    report = DemoReport(options.model_type, options.capacity, options.seed)
-    output: list[int] = []
-    boundaries: list[int] = []
-    logits_after = [logits]  # logits_after[n]: the next-token logits after n tokens
+    def reject(tokens: list[int]) -> int | None:
+        # A banned token sends the row back before the token that precedes it.
+        return max(len(tokens) - 2, 0) if banned[tokens[-1]] else None
 
-    def sample(scores: torch.Tensor, mask_banned: bool) -> int:
-        scores = scores[:vocab]  # a padded LM head may score ids the embedding lacks
-        if mask_banned:
-            scores = scores.masked_fill(banned, float("-inf"))
-        return int(torch.multinomial(torch.softmax(scores.float(), -1), 1, generator=rng))
-
-    while len(output) < options.length:
-        token = sample(logits_after[-1], mask_banned=False)
-        checked = False
-        if banned[token]:
-            plan = (
-                rollback_to_boundary(
-                    rings[0], boundaries, seq=0, current_len=len(output), at_most=len(output) - 1
-                )
-                if output
-                else None
-            )
-            if isinstance(plan, RollbackPlan):
-                started = time.perf_counter()
-                apply_effects(pool, plan.effects, rings)
-                crop_attention(cache, PROMPT_LEN + plan.keep_len)
-                report.rollback_seconds += time.perf_counter() - started
-                del output[plan.keep_len :], logits_after[plan.keep_len + 1 :]
-                del boundaries[boundaries.index(plan.keep_len) + 1 :]
-                report.rollbacks_served += 1
-                report.tokens_regenerated += plan.tokens_dropped
-                checked = True
-            else:
-                report.rollbacks_declined += 1
-            token = sample(logits_after[-1], mask_banned=True)
-
-        output.append(token)
-        if is_boundary[token]:
-            boundaries.append(len(output))
-        save = snapshot_boundary_if_ssm(
-            rings[0],
-            seq=0,
-            token_position=len(output),
-            is_boundary=is_boundary[token],
-            in_thinking=False,
-        )
-        logits, cache = model.forward([token], cache)
-        logits_after.append(logits)
-        if save is not None:
-            apply_effects(pool, [save], rings)
-            report.snapshots += 1
-        if checked:
-            # What an engine without snapshots would do instead: prefill the kept prefix again.
-            started = time.perf_counter()
-            model.forward(prompt + output[:-1], None)
-            report.recompute_seconds += time.perf_counter() - started
-            # The check: a fresh step-by-step decode of the same tokens, bit for bit.
-            report.mismatches += not torch.equal(logits, model.fresh(prompt, output))
-        progress(len(output), options.length)
-
-    report.tokens = len(output)
-    report.boundaries = len(boundaries)
-    return report
+    prompt = torch.randint(0, vocab, (1, PROMPT_LEN), generator=rng)
+    result = backtracking_generate(
+        model.eval(),
+        prompt,
+        max_new_tokens=options.length,
+        is_boundary=lambda token: token % 8 == 0,  # "punctuation"
+        reject=reject,
+        capacity=options.capacity,
+        ban=banned,
+        generator=rng,
+        eos_token_id=(),  # the demo decodes ``length`` tokens, EOS or not
+        check_rollbacks=True,
+        progress=progress,
+    )
+    done = result.report
+    return DemoReport(
+        options.model_type,
+        options.capacity,
+        options.seed,
+        tokens=done.tokens,
+        boundaries=done.boundaries,
+        snapshots=done.snapshots,
+        rollbacks_served=done.rollbacks_served,
+        rollbacks_declined=done.rollbacks_declined,
+        tokens_regenerated=done.tokens_regenerated,
+        mismatches=done.mismatches,
+        rollback_seconds=done.rollback_seconds,
+        recompute_seconds=done.recompute_seconds,
+    )

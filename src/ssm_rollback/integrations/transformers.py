@@ -36,7 +36,14 @@ from .._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_
 from ..backends.torch import TorchSnapshotPool
 from ..pool import SaveOutcome
 
-__all__ = ["HybridCacheSnapshotPool", "crop_attention"]
+__all__ = [
+    "GenerationReport",
+    "GenerationResult",
+    "HybridCacheSnapshotPool",
+    "backtracking_generate",
+    "crop_attention",
+    "speculative_generate",
+]
 
 
 @attrs.frozen(eq=False)  # holds tensors: compare by identity
@@ -270,3 +277,12 @@ def _sliding_crop(idx: int, layer: DynamicSlidingWindowLayer, length: int) -> Ca
         layer.cumulative_length = length
 
     return crop
+
+
+# The decoders build on the pool above; imported last, as they import it from here.
+from ._generation import (  # noqa: E402
+    GenerationReport,
+    GenerationResult,
+    backtracking_generate,
+)
+from ._speculative import speculative_generate  # noqa: E402

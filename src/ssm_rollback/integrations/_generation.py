@@ -1,0 +1,303 @@
+"""Backtracking generation for Hugging Face hybrid models: roll a row back to a boundary, exactly.
+
+``backtracking_generate`` decodes each row one token at a time. After a
+boundary token (``is_boundary``) it snapshots the row's recurrent state into
+its ring. Every candidate token goes to ``reject(tokens)``: ``None`` keeps it;
+an int ``m`` sends the row back to its last boundary at most ``m`` new tokens
+long that still has a snapshot (restore the snapshot, crop the attention KV),
+and the next token is resampled there with ``ban`` masked out. Rows are
+decoded as separate batch-1 caches, because one ``DynamicCache`` has one
+length and its rows cannot be cropped to different lengths.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+
+import attrs
+import torch
+
+from .._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int
+from .._ring import SsmDecodeRing
+from ..rollback import RollbackPlan, rollback_to_boundary, snapshot_boundary_if_ssm
+from ._stream import TokenPredicate, _Stream, as_predicate, eos_ids, text_vocab_size
+
+__all__ = ["GenerationReport", "GenerationResult", "backtracking_generate"]
+
+#: ``reject(tokens)``: ``None`` keeps the newest token; an int rolls the row back to at most it.
+RejectFn = Callable[[list[int]], int | None]
+
+
+@attrs.frozen
+class GenerationReport:
+    """What a decoder did, summed over the rows."""
+
+    #: New tokens in the output (rollbacks' dropped tokens not counted).
+    tokens: int = 0
+    #: Forward passes of the target model, prefill included.
+    forward_passes: int = 0
+    drafts_proposed: int = 0
+    drafts_accepted: int = 0
+    rollbacks_served: int = 0
+    rollbacks_declined: int = 0
+    #: Tokens dropped by served rollbacks (and decoded again).
+    tokens_regenerated: int = 0
+    #: Boundary tokens in the output.
+    boundaries: int = 0
+    #: Boundary snapshots saved.
+    snapshots: int = 0
+    #: Time spent restoring snapshots and cropping KV for rollbacks.
+    rollback_seconds: float = 0.0
+    #: With ``check_rollbacks``: time a re-prefill of each kept prefix took instead.
+    recompute_seconds: float = 0.0
+    #: With ``check_rollbacks``: rollbacks whose next logits differ from a fresh decode.
+    mismatches: int = 0
+
+
+@attrs.frozen(eq=False)  # holds a tensor: compare by identity
+class GenerationResult:
+    """A decoder's output: ``sequences`` (prompt + new tokens, as ``generate``) and ``report``."""
+
+    sequences: torch.Tensor
+    report: GenerationReport
+
+
+@attrs.define
+class _Counts:
+    """The report's counters while a run is under way."""
+
+    tokens: int = 0
+    forward_passes: int = 0
+    drafts_proposed: int = 0
+    drafts_accepted: int = 0
+    rollbacks_served: int = 0
+    rollbacks_declined: int = 0
+    tokens_regenerated: int = 0
+    boundaries: int = 0
+    snapshots: int = 0
+    rollback_seconds: float = 0.0
+    recompute_seconds: float = 0.0
+    mismatches: int = 0
+
+    def freeze(self) -> GenerationReport:
+        return GenerationReport(**attrs.asdict(self))
+
+
+def prompt_rows(input_ids: torch.Tensor | Sequence[int]) -> list[list[int]]:
+    """The prompt rows of ``input_ids`` (``[batch, length]`` or one row), checked."""
+    ids = torch.as_tensor(input_ids)
+    if ids.dim() == 1:
+        ids = ids[None]
+    if ids.dim() != 2 or ids.shape[1] == 0 or ids.dtype.is_floating_point:
+        raise InvalidArgumentError(
+            f"'input_ids' must be integer token ids shaped [batch, length] with length >= 1, "
+            f"got a {tuple(ids.shape)} {ids.dtype} tensor"
+        )
+    rows: list[list[int]] = ids.tolist()
+    return rows
+
+
+def pad_rows(rows: Sequence[Sequence[int]], pad: int, like: torch.Tensor) -> torch.Tensor:
+    """Rows of different lengths as one tensor, padded on the right as ``generate`` does."""
+    width = max(len(row) for row in rows)
+    padded = [[*row, *([pad] * (width - len(row)))] for row in rows]
+    return torch.tensor(padded, dtype=torch.long, device=like.device)
+
+
+def pad_id(model: torch.nn.Module, eos: frozenset[int], pad_token_id: int | None) -> int:
+    if pad_token_id is not None:
+        return pad_token_id
+    configured = getattr(getattr(model, "generation_config", None), "pad_token_id", None)
+    if isinstance(configured, int):
+        return configured
+    return min(eos) if eos else 0
+
+
+def pick(scores: torch.Tensor, generator: torch.Generator | None) -> int:
+    """The next token: the argmax, or a sample when a ``generator`` is given."""
+    if generator is None:
+        return int(scores.argmax())
+    probs = torch.softmax(scores.float(), -1)
+    return int(torch.multinomial(probs, 1, generator=generator))
+
+
+@attrs.define
+class _Row:
+    """One row's decode: its stream, ring, output and boundaries, and logits after each length."""
+
+    stream: _Stream
+    ring: SsmDecodeRing
+    prompt: list[int]
+    output: list[int] = attrs.field(factory=list)
+    boundaries: list[int] = attrs.field(factory=list)
+    logits_after: list[torch.Tensor] = attrs.field(factory=list)
+
+
+def _ban_mask(ban: Iterable[int] | torch.Tensor | None, vocab: int) -> torch.Tensor | None:
+    if ban is None:
+        return None
+    if isinstance(ban, torch.Tensor) and ban.dtype == torch.bool:
+        return ban[:vocab].cpu()
+    mask = torch.zeros(vocab, dtype=torch.bool)
+    mask[[int(t) for t in ban]] = True
+    return mask
+
+
+def backtracking_generate(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    *,
+    max_new_tokens: int,
+    is_boundary: TokenPredicate,
+    reject: RejectFn,
+    capacity: int = 4,
+    ban: Iterable[int] | torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+    eos_token_id: int | Sequence[int] | None = None,
+    pad_token_id: int | None = None,
+    check_rollbacks: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+) -> GenerationResult:
+    """Decode with rollback to a boundary whenever ``reject`` says no; every row on its own.
+
+    ``is_boundary``: a function of a token id, or the set of boundary ids.
+    ``reject(new_tokens)`` sees the row's new tokens, the candidate last:
+    ``None`` keeps the candidate; an int ``m`` rolls the row back to its last
+    boundary ``<= m`` new tokens that has a snapshot in its ``capacity``-slot
+    ring (declined, the row stays). Either way the candidate is dropped and
+    the next token is picked again with ``ban`` masked (a collection of ids or
+    a bool mask; default: the rejected token) and is not offered to ``reject``.
+    Greedy unless a ``generator`` is given (then sampled). A row ends after
+    ``max_new_tokens`` or an EOS (``eos_token_id``, default the model's);
+    shorter rows are padded. ``check_rollbacks`` re-decodes each kept prefix
+    from the prompt after a served rollback and counts logits that are not
+    bitwise equal in ``report.mismatches``.
+    """
+    max_new_tokens = check_non_negative_int("max_new_tokens", max_new_tokens)
+    capacity = check_non_negative_int("capacity", capacity)
+    if not callable(reject):
+        raise InvalidArgumentTypeError(f"'reject' must be callable, got {type(reject).__name__}")
+    boundary = as_predicate("is_boundary", is_boundary)
+    vocab = text_vocab_size(model)
+    banned = _ban_mask(ban, vocab)
+    eos = eos_ids(model, eos_token_id)
+    prompts = prompt_rows(input_ids)
+    counts = _Counts()
+    total = len(prompts) * max_new_tokens
+    done_before = 0
+    outputs = []
+    for prompt in prompts:
+        row = _Row(_Stream(model, vocab, capacity), SsmDecodeRing(capacity), prompt)
+        row.logits_after.append(row.stream.feed(prompt)[-1])
+
+        def report_progress(done: int, base: int = done_before) -> None:
+            if progress is not None:
+                progress(base + done, total)
+
+        _decode_row(
+            row,
+            max_new_tokens,
+            boundary,
+            reject,
+            banned,
+            eos,
+            generator,
+            counts,
+            check_rollbacks,
+            report_progress,
+        )
+        done_before += max_new_tokens
+        counts.tokens += len(row.output)
+        counts.boundaries += len(row.boundaries)
+        counts.forward_passes += row.stream.forward_passes
+        outputs.append(prompt + row.output)
+    pad = pad_id(model, eos, pad_token_id)
+    return GenerationResult(pad_rows(outputs, pad, torch.as_tensor(input_ids)), counts.freeze())
+
+
+def _decode_row(
+    row: _Row,
+    max_new_tokens: int,
+    boundary: Callable[[int], bool],
+    reject: RejectFn,
+    banned: torch.Tensor | None,
+    eos: frozenset[int],
+    generator: torch.Generator | None,
+    counts: _Counts,
+    check: bool,
+    progress: Callable[[int], None],
+) -> None:
+    stream, output = row.stream, row.output
+    while len(output) < max_new_tokens and not (output and output[-1] in eos):
+        token = pick(row.logits_after[-1], generator)
+        rolled_back = False
+        limit = reject([*output, token])
+        if limit is not None:
+            rolled_back = _roll_back(row, limit, counts)
+            mask = banned
+            if mask is None:
+                mask = torch.zeros(row.logits_after[-1].shape[-1], dtype=torch.bool)
+                mask[token] = True
+            scores = row.logits_after[-1].masked_fill(
+                mask.to(row.logits_after[-1].device), float("-inf")
+            )
+            token = pick(scores, generator)
+        output.append(token)
+        is_b = boundary(token)
+        if is_b:
+            row.boundaries.append(len(output))
+        save = snapshot_boundary_if_ssm(
+            row.ring, seq=0, token_position=len(output), is_boundary=is_b, in_thinking=False
+        )
+        logits = stream.feed([token])[-1]
+        row.logits_after.append(logits)
+        if save is not None and stream.save(save, row.ring):
+            counts.snapshots += 1
+        if rolled_back and check:
+            _check_against_fresh(row, logits, counts)
+        progress(len(output))
+
+
+def _roll_back(row: _Row, limit: int, counts: _Counts) -> bool:
+    """Roll the row back to its last boundary with a snapshot at most ``limit`` long."""
+    output = row.output
+    limit = min(check_non_negative_int("reject()", limit), len(output))
+    plan = (
+        rollback_to_boundary(
+            row.ring, row.boundaries, seq=0, current_len=len(output), at_most=limit
+        )
+        if output
+        else None
+    )
+    if not isinstance(plan, RollbackPlan):
+        counts.rollbacks_declined += 1
+        return False
+    started = time.perf_counter()
+    (restore,) = plan.effects
+    row.stream.restore(restore, len(row.prompt) + plan.keep_len)
+    counts.rollback_seconds += time.perf_counter() - started
+    del output[plan.keep_len :], row.logits_after[plan.keep_len + 1 :]
+    del row.boundaries[row.boundaries.index(plan.keep_len) + 1 :]
+    counts.rollbacks_served += 1
+    counts.tokens_regenerated += plan.tokens_dropped
+    return True
+
+
+def _check_against_fresh(row: _Row, logits: torch.Tensor, counts: _Counts) -> None:
+    """Compare the step after a rollback with a fresh decode of the same tokens, bit for bit."""
+    stream = row.stream
+    vocab = logits.shape[-1]
+    started = time.perf_counter()
+    # What an engine without snapshots would do instead: prefill the kept prefix again.
+    _fresh_stream(stream, vocab).feed(row.prompt + row.output[:-1])
+    counts.recompute_seconds += time.perf_counter() - started
+    fresh = _fresh_stream(stream, vocab)
+    fresh_logits = fresh.feed(row.prompt)[-1]
+    for token in row.output:
+        fresh_logits = fresh.feed([token])[-1]
+    counts.mismatches += not torch.equal(logits, fresh_logits)
+
+
+def _fresh_stream(stream: _Stream, vocab: int) -> _Stream:
+    return _Stream(stream._model, vocab, 0)

@@ -1,0 +1,157 @@
+"""One sequence decoding through a ``transformers`` cache, with a checkpoint it can go back to.
+
+The decoders in ``_generation`` and ``_speculative`` drive one ``_Stream`` per
+row. A stream feeds tokens (one forward pass per ``feed``), keeps a one-slot
+checkpoint of the recurrent state in a ``HybridCacheSnapshotPool`` slot of its
+own (after the ring's slots), and rewinds to it by restoring the slot and
+cropping the attention KV. Tokens a rewind drops but the caller wants back
+are queued and fed in front of the next ``feed``, in the same forward pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import final
+
+import torch
+from transformers.cache_utils import Cache, LinearAttentionCacheLayerMixin
+
+from .._effect_values import SsmSnapshotRestore, SsmSnapshotSave
+from .._errors import InvalidArgumentError, InvalidArgumentTypeError
+from .._ring import SsmDecodeRing
+from ..pool import apply_effects
+from .transformers import HybridCacheSnapshotPool, crop_attention
+
+__all__ = ["TokenPredicate", "as_predicate", "eos_ids", "text_vocab_size"]
+
+#: A boundary predicate: a function of one token id, or the set of boundary ids.
+TokenPredicate = Callable[[int], bool] | Iterable[int]
+
+
+def as_predicate(name: str, value: TokenPredicate) -> Callable[[int], bool]:
+    """``value`` as a function of a token id (a collection of ids becomes membership)."""
+    if callable(value):
+        return value
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise InvalidArgumentTypeError(
+            f"'{name}' must be a function of a token id or a collection of token ids, "
+            f"got {type(value).__name__}"
+        )
+    ids = frozenset(int(v) for v in value)
+    return ids.__contains__
+
+
+def text_vocab_size(model: torch.nn.Module) -> int:
+    """The vocabulary the embedding has; a padded LM head may score ids beyond it."""
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(config, "get_text_config"):
+        raise InvalidArgumentTypeError(
+            f"'model' must be a transformers causal LM with a config, got {type(model).__name__}"
+        )
+    vocab: int = config.get_text_config(decoder=True).vocab_size
+    return vocab
+
+
+def eos_ids(model: torch.nn.Module, eos_token_id: int | Sequence[int] | None) -> frozenset[int]:
+    """The ids that end a row: ``eos_token_id``, or the model's generation config's when None."""
+    if eos_token_id is None:
+        generation_config = getattr(model, "generation_config", None)
+        eos_token_id = getattr(generation_config, "eos_token_id", None)
+        if eos_token_id is None:
+            return frozenset()
+    if isinstance(eos_token_id, int):
+        return frozenset({eos_token_id})
+    return frozenset(int(t) for t in eos_token_id)
+
+
+def _has_recurrent_state(cache: Cache) -> bool:
+    layers = getattr(cache, "layers", ())
+    return any(isinstance(layer, LinearAttentionCacheLayerMixin) for layer in layers)
+
+
+@final
+class _Stream:
+    """A batch-1 decode: the model, its cache, the tokens fed so far, and a checkpoint.
+
+    ``ring_slots`` pool slots belong to the caller's ring (boundary
+    snapshots); the checkpoint uses the slot after them, with tickets from a
+    one-slot ring of its own so that a stale checkpoint can never be restored.
+    """
+
+    def __init__(self, model: torch.nn.Module, vocab: int, ring_slots: int) -> None:
+        self._model = model
+        self._vocab = vocab
+        self._ring_slots = ring_slots
+        self._device = next(model.parameters()).device
+        self.cache: Cache | None = None
+        self.pool: HybridCacheSnapshotPool | None = None
+        self.fed: list[int] = []  # tokens the cache holds, prompt included
+        self.queued: list[int] = []  # tokens to feed in front of the next feed
+        self.forward_passes = 0
+        self._checkpoint_ring = SsmDecodeRing(1)
+        self._checkpoint: SsmSnapshotSave | None = None
+        self._checkpoint_len = 0  # the checkpoint of a cache without recurrent state
+
+    def feed(self, ids: Sequence[int]) -> torch.Tensor:
+        """Feed the queued tokens and ``ids`` in one forward pass; the logits of ``ids``."""
+        tokens = [*self.queued, *ids]
+        with torch.no_grad():
+            inputs = torch.tensor([tokens], dtype=torch.long, device=self._device)
+            kwargs = {} if self.cache is None else {"cache": self.cache}
+            out = self._model(inputs, use_cache=True, **kwargs)
+        self.forward_passes += 1
+        self.cache = out.cache
+        self.fed += tokens
+        self.queued = []
+        if self.pool is None and _has_recurrent_state(out.cache):
+            self.pool = HybridCacheSnapshotPool(out.cache, self._ring_slots + 1)
+        logits: torch.Tensor = out.logits[0, len(tokens) - len(ids) :, : self._vocab]
+        return logits
+
+    def save(self, save: SsmSnapshotSave, ring: SsmDecodeRing) -> bool:
+        """Snapshot the live state for the caller's ring; whether it was saved."""
+        if self.pool is None:
+            return False
+        return apply_effects(self.pool, [save], [ring]).ok
+
+    def restore(self, restore: SsmSnapshotRestore, length: int) -> None:
+        """Put a ring snapshot back and crop the KV: the cache then holds ``length`` tokens."""
+        if self.pool is not None:
+            self.pool.restore([restore])
+        self._truncate(length)
+
+    def checkpoint(self) -> None:
+        """Remember the state after ``len(self.fed)`` tokens (queued tokens are not fed yet)."""
+        length = len(self.fed)
+        if self.pool is None:
+            self._checkpoint_len = length
+            return
+        if self._checkpoint is not None and self._checkpoint.token_position == length:
+            return  # the slot already holds this state
+        self._checkpoint_ring.record(length)
+        entry = self._checkpoint_ring.entry_for(length)
+        assert entry is not None
+        save = SsmSnapshotSave(0, self._ring_slots, length, entry.ticket)
+        if not self.pool.save([save]).ok:
+            raise InvalidArgumentError("the checkpoint save failed: the pool refused to copy")
+        self._checkpoint = save
+
+    def rewind(self, keep: int) -> None:
+        """Go back to the checkpoint and queue the fed tokens up to ``keep`` to feed again."""
+        kept = self.fed[:keep]
+        if self.pool is None:
+            at = self._checkpoint_len
+        else:
+            assert self._checkpoint is not None
+            checkpoint = self._checkpoint
+            at = checkpoint.token_position
+            self.pool.restore([SsmSnapshotRestore(0, checkpoint.slot, at, checkpoint.ticket)])
+        if keep < at:
+            raise InvalidArgumentError(f"'keep' must be >= the checkpoint {at}, got {keep}")
+        self._truncate(at)
+        self.queued = kept[at:] + self.queued
+
+    def _truncate(self, length: int) -> None:
+        assert self.cache is not None
+        crop_attention(self.cache, length)
+        del self.fed[length:]
