@@ -103,6 +103,10 @@ def broadcast_effects(
                 f"'src' must be 0 without an initialised process group (one rank), got {src}"
             )
         return _wire.decode(_wire.encode(() if effects is None else effects))
+    if src >= dist.get_world_size():  # every rank refuses alike, before any collective
+        raise InvalidArgumentError(
+            f"'src' must be a rank < the world size {dist.get_world_size()}, got {src}"
+        )
     me = dist.get_rank()
     size = dist.get_world_size(group)
     device = _device(group)
@@ -268,7 +272,7 @@ def check_agreement(
     digests = _gather([*shape, _digest(compared)], group)
     if all(d == digests[0] for d in digests):
         return
-    shapes = [d[:2] for d in digests]
+    shapes = [(d[0], d[1]) for d in digests]
     if any(s != shapes[0] for s in shapes):
         raise AgreementError(
             f"every rank's pool must have the same (num_sequences, slots_per_sequence), got "

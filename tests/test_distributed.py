@@ -1,0 +1,438 @@
+"""Tensor-parallel workers over gloo: a scheduler on rank 0, shard pools on every rank.
+
+Each case starts ``world`` processes on loopback (this file, run as a
+script, is the rank's program) and waits for them with a bounded timeout,
+so a hang fails the test instead of stalling CI. The decode scenario
+compares every rank's live shard, after every step, with the matching shard
+of a single-process reference run of the same scheduler.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import random
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Final
+
+import pytest
+
+pytest.importorskip("torch")
+
+import torch
+import torch.distributed as dist
+
+from ssm_rollback import (
+    Effect,
+    InvalidArgumentError,
+    RollbackPlan,
+    SaveBatch,
+    SsmDecodeRing,
+    SsmSnapshotSave,
+    SsmStateAccept,
+    apply_effects,
+    commit_verified_batch,
+    rollback_to_boundary,
+    snapshot_boundaries,
+    snapshot_boundary_if_ssm,
+)
+from ssm_rollback import distributed as tp
+from ssm_rollback.backends.torch import TorchSnapshotPool
+
+ROWS: Final = 32
+SLOTS: Final = 4
+DRAFTS: Final = 3
+STEPS: Final = 70
+PRIME: Final = 65521.0  # states stay exact integers in float32
+JOIN_S: Final = 120
+
+IDLE, DECODE, VERIFY, RESET, ROLLBACK = range(5)
+
+
+def config(groups: int) -> dict[str, object]:
+    return {
+        "model_type": "mamba2",
+        "num_hidden_layers": 2,
+        "hidden_size": 16,
+        "num_heads": 8,
+        "head_dim": 4,
+        "state_size": 4,
+        "n_groups": groups,
+        "conv_kernel": 4,
+        "torch_dtype": "float32",
+    }
+
+
+def groups_for(world: int) -> int:
+    # 2 ranks: the groups divide; 4 ranks: one group, replicated on every rank.
+    return 2 if world == 2 else 1
+
+
+def fault(save: SsmSnapshotSave) -> bool:
+    """The saves the faulty rank (and the reference's one pool) fail."""
+    return (save.seq * 7 + save.token_position) % 23 == 0
+
+
+# -- the scheduler -------------------------------------------------------------------------------
+
+
+class Scheduler:
+    """A deterministic decode loop over ``ROWS`` rows: decodes, verify steps, rollbacks, resets."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.rings = [SsmDecodeRing(SLOTS) for _ in range(ROWS)]
+        self.length = [0] * ROWS
+        self.boundaries: list[list[int]] = [[] for _ in range(ROWS)]
+
+    def plan(self) -> tuple[list[list[int]], list[Effect]]:
+        """This step's per-row ops (``op, accepted, tokens...``) and its effects."""
+        ops = [[IDLE, 0] + [0] * (DRAFTS + 1) for _ in range(ROWS)]
+        restores: list[Effect] = []
+        singles: list[Effect] = []
+        decode: list[int] = []
+        verify: list[int] = []
+        for r in range(ROWS):
+            x = self.rng.random()
+            tokens = [self.rng.randrange(100) for _ in range(DRAFTS + 1)]
+            if x < 0.03:
+                self.rings[r].clear()
+                self.length[r], self.boundaries[r] = 0, []
+                ops[r][0] = RESET
+            elif x < 0.13 and self.length[r] > 1:
+                plan = rollback_to_boundary(
+                    self.rings[r],
+                    self.boundaries[r],
+                    seq=r,
+                    current_len=self.length[r],
+                    at_most=self.length[r] - 1,
+                )
+                if isinstance(plan, RollbackPlan):
+                    restores.extend(plan.effects)
+                    self.length[r] = plan.keep_len
+                    self.boundaries[r] = [b for b in self.boundaries[r] if b <= plan.keep_len]
+                    ops[r][0] = ROLLBACK
+            elif x < 0.33:
+                accepted = self.rng.randint(0, DRAFTS)
+                ops[r] = [VERIFY, accepted, *tokens]
+                verify.append(r)
+            else:
+                ops[r] = [DECODE, 0, *tokens]
+                position = self.length[r] + 1
+                self.length[r] = position
+                if tokens[0] % 4 == 0:
+                    self.boundaries[r].append(position)
+                if r % 8 == 0:  # the per-row path: single saves on the wire
+                    save = snapshot_boundary_if_ssm(
+                        self.rings[r],
+                        seq=r,
+                        token_position=position,
+                        is_boundary=tokens[0] % 4 == 0,
+                        in_thinking=False,
+                    )
+                    if save is not None:
+                        singles.append(save)
+                else:
+                    decode.append(r)
+        batch = snapshot_boundaries(
+            self.rings,
+            positions=[self.length[r] for r in decode],
+            is_boundary=[ops[r][2] % 4 == 0 for r in decode],
+            in_thinking=[False] * len(decode),
+            rows=decode,
+        )
+        effects = [*restores, *singles, batch, *self._verify(ops, verify)]
+        return ops, effects
+
+    def _verify(self, ops: list[list[int]], rows: list[int]) -> tuple[Effect, ...]:
+        first = [self.length[r] + 1 for r in rows]
+        fed = [[t % 4 == 0 for t in ops[r][2:]] for r in rows]
+        step = commit_verified_batch(
+            self.rings,
+            first_positions=first,
+            accepted=[ops[r][1] for r in rows],
+            is_boundary=fed,
+            in_thinking=[[False] * (DRAFTS + 1) for _ in rows],
+            rows=rows,
+        )
+        for r, start, flags in zip(rows, first, fed, strict=True):
+            n = ops[r][1]
+            self.boundaries[r] += [start + j for j in range(n + 1) if flags[j]]
+            self.length[r] = start + n
+        return step.effects
+
+    def ring_view(self) -> list[list[int]]:
+        return [list(ring.snapshot_positions()) for ring in self.rings]
+
+
+# -- the fake model --------------------------------------------------------------------------------
+
+
+def ids(shape: Sequence[int]) -> torch.Tensor:
+    """A distinct number per state element (layer, channel, ...), the same for every row."""
+    count = 1
+    for size in shape:
+        count *= size
+    return torch.arange(count, dtype=torch.float32).reshape(shape[0], 1, *shape[1:])
+
+
+def forward(
+    live: Sequence[torch.Tensor],
+    staged: Sequence[torch.Tensor],
+    element_ids: Sequence[torch.Tensor],
+    ops: list[list[int]],
+) -> None:
+    """Each row's state after its tokens: elementwise, so a shard's update is the shard of one."""
+
+    def step(state: torch.Tensor, token: int, eid: torch.Tensor) -> torch.Tensor:
+        return torch.remainder(state * 3 + token * 5 + eid, PRIME)
+
+    for r, (op, _accepted, *tokens) in enumerate(ops):
+        for state, buffer, eid in zip(live, staged, element_ids, strict=True):
+            if op == RESET:
+                state[:, r] = 0
+            elif op == DECODE:
+                state[:, r] = step(state[:, r], tokens[0], eid[:, 0])
+            elif op == VERIFY:
+                row = state[:, r]
+                for j, token in enumerate(tokens):
+                    row = step(row, token, eid[:, 0])
+                    buffer[:, r, j] = row
+
+
+def model(cfg: dict[str, object], world: int) -> tuple[tuple[torch.Tensor, ...], ...]:
+    live = tp.shard_live_states(cfg, num_sequences=ROWS, tp_size=world)
+    staged = tuple(
+        torch.zeros((t.shape[0], ROWS, DRAFTS + 1, *t.shape[2:]), dtype=t.dtype) for t in live
+    )
+    return live, staged
+
+
+Record = list[tuple[list[list[int]], int]]  # per step: the rings' positions, saves failed
+
+
+def reference_run(cfg: dict[str, object]) -> tuple[list[list[torch.Tensor]], Record]:
+    """The single-process run: full state, one pool failing the faulty rank's saves."""
+    sched = Scheduler(seed=7)
+    live, staged = model(cfg, 1)
+    element_ids = [ids((t.shape[0], *t.shape[2:])) for t in live]
+    pool = TorchSnapshotPool(live, SLOTS, batch_dim=1, intermediate_states=staged)
+    pool.fail_when(fault)
+    states: list[list[torch.Tensor]] = []
+    record: Record = []
+    for _ in range(STEPS):
+        ops, effects = sched.plan()
+        forward(live, staged, element_ids, ops)
+        failed = apply_effects(pool, effects, sched.rings).failed
+        states.append([t.clone() for t in live])
+        record.append((sched.ring_view(), len(failed)))
+    return states, record
+
+
+# -- the ranks' programs ---------------------------------------------------------------------------
+
+
+def scenario(rank: int, world: int) -> dict[str, object]:
+    cfg = config(groups_for(world))
+    expected, reference = reference_run(cfg)
+    names = ("conv", "ssm")
+    live, staged = model(cfg, world)
+    full_ids = [ids((t.shape[0], *t.shape[2:])) for t in expected[0]]
+    element_ids = [
+        tp.shard_of(e, cfg, tensor=n, rank=rank, tp_size=world, dim=2)
+        for e, n in zip(full_ids, names, strict=True)
+    ]
+    pool = tp.shard_pool(live, cfg, SLOTS, tp_size=world, intermediate_states=staged)
+    faulty = world - 1
+    if rank == faulty:
+        pool.fail_when(fault)
+    sched = Scheduler(seed=7) if rank == 0 else None
+    known: dict[tuple[int, int], tuple[int, int]] = {}
+    mismatches = detected = retired = row_steps = 0
+    before = 0
+    ops_buffer = torch.zeros((ROWS, DRAFTS + 3), dtype=torch.int64)
+    for step in range(STEPS):
+        effects: list[Effect] | None = None
+        if sched is not None:
+            ops, effects = sched.plan()
+            ops_buffer.copy_(torch.tensor(ops))
+        dist.broadcast(ops_buffer, src=0)  # the engine's own step input (tokens), not ours
+        received = tp.broadcast_effects(effects, src=0)
+        if sched is not None:
+            assert received == tuple(effects or ())
+        forward(live, staged, element_ids, ops_buffer.tolist())
+        if sched is not None:
+            apply_effects(pool, received, sched.rings)
+        else:
+            tp.apply_on_worker(pool, received)
+        try:
+            tp.check_agreement(pool, known=known)
+        except tp.AgreementError as error:
+            detected += 1
+            if error.rank != faulty:
+                raise
+            if sched is not None:
+                retired += len(tp.retire_disputed(sched.rings, error))
+        rings, failed = reference[step]
+        assert (detected > before) == (failed > 0), f"step {step}: fault not detected"
+        before = detected
+        if sched is not None:
+            assert sched.ring_view() == rings, f"step {step}: rings differ from the reference"
+        for state, full, name in zip(live, expected[step], names, strict=True):
+            want = tp.shard_of(full, cfg, tensor=name, rank=rank, tp_size=world, dim=2)
+            differs = (state != want).flatten(2).any(dim=2).any(dim=0)
+            mismatches += int(differs.sum())
+        row_steps += ROWS
+    return {
+        "row_steps": row_steps,
+        "mismatches": mismatches,
+        "detected": detected,
+        "injected_steps": sum(1 for _, failed in reference if failed),
+        "injected_saves": sum(failed for _, failed in reference),
+        "retired": retired,
+    }
+
+
+def outcome_of(call: Callable[[], object]) -> str:
+    """``ok`` or the error's type and first words: what every rank must agree on."""
+    try:
+        call()
+    except (tp.AgreementError, tp.WireError, InvalidArgumentError) as error:
+        return f"{type(error).__name__}: {str(error)[:40]}"
+    return "ok"
+
+
+def bad_input(rank: int, world: int) -> dict[str, str]:
+    from ssm_rollback import _wire
+
+    good: list[Effect] = [SsmStateAccept(1, 2), SaveBatch([0, 1], [0, 0], [3, 4], [5, 6])]
+    mine = good if rank == 0 else None
+    results = {"good": outcome_of(lambda: tp.broadcast_effects(mine, src=0))}
+    not_effects: list[object] = [SsmStateAccept(0, 0), object()]
+    results["not effects"] = outcome_of(
+        lambda: tp.broadcast_effects(not_effects if rank == 0 else None, src=0)  # type: ignore[arg-type]
+    )
+    real_encode = _wire.encode
+
+    def unknown_kind(effects: object) -> list[int]:
+        return [_wire.MAGIC, 1, 99, 0, 0]
+
+    def cut(effects: object) -> list[int]:
+        return real_encode(good)[:-1]
+
+    for label, encoder in (("unknown kind", unknown_kind), ("size mismatch", cut)):
+        if rank == 0:
+            _wire.encode = encoder
+        results[label] = outcome_of(lambda: tp.broadcast_effects(mine, src=0))
+        _wire.encode = real_encode
+    magic = _wire.MAGIC
+    if rank == world - 1:
+        _wire.MAGIC = magic + 1  # type: ignore[misc]  # a peer on another format version
+    results["mixed versions"] = outcome_of(lambda: tp.broadcast_effects(mine, src=0))
+    _wire.MAGIC = magic  # type: ignore[misc]
+    results["bad src"] = outcome_of(lambda: tp.broadcast_effects(mine, src=world + 5))
+    results["good again"] = outcome_of(lambda: tp.broadcast_effects(mine, src=0))
+    # Pools of different shapes are a dispute on every rank, not a hang.
+    live = (torch.zeros((1, 2 + (rank == 1), 3)),)
+    odd = TorchSnapshotPool(live, 2, batch_dim=1)
+    results["shapes"] = outcome_of(lambda: tp.check_agreement(odd))
+    return results
+
+
+def main(argv: list[str]) -> None:
+    rank, world, port, out = int(argv[0]), int(argv[1]), argv[2], Path(argv[3])
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=60),
+    )
+    try:
+        result = {"scenario": scenario(rank, world), "bad input": bad_input(rank, world)}
+    finally:
+        dist.destroy_process_group()
+    (out / f"rank{rank}.json").write_text(json.dumps(result), encoding="utf-8")
+
+
+# -- the tests -------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def launch(world: int, out: Path) -> list[str]:
+    """Run ``world`` ranks; their JSON results. Fail (killing them) after ``JOIN_S``."""
+    port = free_port()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, str(r), str(world), str(port), str(out)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in range(world)
+    ]
+    errors = []
+    try:
+        for r, proc in enumerate(procs):
+            _, stderr = proc.communicate(timeout=JOIN_S)
+            if proc.returncode:
+                errors.append(f"rank {r} exited {proc.returncode}:\n{stderr[-3000:]}")
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{world} ranks did not finish within {JOIN_S} s")
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert not errors, "\n".join(errors)
+    return [(out / f"rank{r}.json").read_text(encoding="utf-8") for r in range(world)]
+
+
+_LAUNCHED: dict[int, list[str]] = {}
+
+
+@pytest.fixture(params=[2, 4], ids=lambda world: f"{world}-ranks")
+def ranks(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """Each rank's results; one launch per world size serves both tests (startup dominates)."""
+    world: int = request.param
+    if world not in _LAUNCHED:
+        _LAUNCHED[world] = launch(world, tmp_path_factory.mktemp(f"tp{world}"))
+    return _LAUNCHED[world]
+
+
+def test_every_rank_tracks_its_shard_of_the_reference(ranks: list[str]) -> None:
+    results: list[dict[str, int]] = [json.loads(t)["scenario"] for t in ranks]
+    for r, result in enumerate(results):
+        assert result["mismatches"] == 0, (r, result)
+        assert result["row_steps"] == ROWS * STEPS
+        assert result["detected"] == result["injected_steps"] > 0, (r, result)
+    assert results[0]["retired"] == results[0]["injected_saves"]
+    assert results[0]["row_steps"] >= 2_000
+
+
+def test_bad_input_raises_on_every_rank(ranks: list[str]) -> None:
+    results: list[dict[str, str]] = [json.loads(t)["bad input"] for t in ranks]
+    assert all(r == results[0] for r in results), results
+    seen = results[0]
+    assert seen["good"] == seen["good again"] == "ok"
+    assert seen["not effects"].startswith("InvalidArgumentError: rank 0 refused")
+    assert seen["unknown kind"].startswith("WireError: record 0 at word 2 must have")
+    assert seen["size mismatch"].startswith("WireError: record 1 (save batch)")
+    assert seen["mixed versions"].startswith("WireError: every rank must speak")
+    assert seen["bad src"] != "ok"
+    assert seen["shapes"].startswith("AgreementError: every rank's pool must")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
