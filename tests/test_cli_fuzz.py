@@ -84,7 +84,7 @@ PLAN = [*_MODEL, "--free-memory", "--max-seqs", "--ring-slots"]
 SIMULATE = [
     *_MODEL,
     *("--depths", "--trace", "--sequences", "--tokens", "--boundary-rate", "--rollback-rate"),
-    *("--back", "--thinking-rate", "--seed", "--plot"),
+    *("--back", "--thinking-rate", "--seed", "--plot", "--spec-tokens", "--accept-rate"),
 ]
 
 

@@ -7,6 +7,16 @@ depth the same trace runs through ``SsmDecodeRing``,
 ``snapshot_boundary_if_ssm`` and ``rollback_to_boundary``; a rollback is
 *served* when a snapshot exists for it, and otherwise the scheduler
 recomputes the kept prefix from the prompt (its tokens are counted).
+
+A speculative trace (SPEC 9) also has ``verify`` events: the tokens since
+the sequence's previous one were committed by one verify step that fed
+``drafts`` drafts and accepted ``accepted`` of them (plus the bonus token).
+Its boundaries are recorded through ``commit_verified`` then, in a burst;
+the first token of a sequence, and the first after a rollback, is sampled
+on its own and fed first in the next verify step. A rollback is noticed
+only when its step ends, so the boundaries the step committed after the
+token that triggered it hold ring slots too: ``synthetic_trace`` counts
+them into the rollback's ``back``.
 """
 
 from __future__ import annotations
@@ -21,22 +31,44 @@ import attrs
 
 from ._errors import InvalidArgumentError
 from ._ring import SsmDecodeRing
-from .rollback import RollbackPlan, rollback_to_boundary, snapshot_boundary_if_ssm
+from .rollback import (
+    RollbackPlan,
+    commit_verified,
+    rollback_to_boundary,
+    snapshot_boundary_if_ssm,
+)
 
-__all__ = ["DepthResult", "TraceEvent", "read_trace", "replay", "synthetic_trace"]
+__all__ = [
+    "MAX_SPEC_TOKENS",
+    "DepthResult",
+    "TraceEvent",
+    "read_trace",
+    "replay",
+    "synthetic_trace",
+]
 
-EventKind = Literal["token", "rollback", "finish"]
+EventKind = Literal["token", "rollback", "finish", "verify"]
+
+#: The most drafts a synthetic verify step feeds (engines use a handful).
+MAX_SPEC_TOKENS: Final = 64
 
 
 @attrs.frozen
 class TraceEvent:
-    """One event of a decode trace."""
+    """One event of a decode trace.
+
+    ``verify`` events (speculative traces only) commit the sequence's token
+    events since its previous ``verify``: ``accepted + 1`` of them, out of
+    ``drafts`` drafts fed.
+    """
 
     seq: int
     kind: EventKind
     boundary: bool = False
     thinking: bool = False
     back: int = 1
+    drafts: int = 0
+    accepted: int = 0
 
 
 @attrs.define
@@ -65,32 +97,89 @@ def synthetic_trace(
     back: int,
     thinking_rate: float = 0.0,
     seed: int = 0,
+    spec_tokens: int = 0,
+    accept_rate: float = 0.7,
 ) -> list[TraceEvent]:
     """A random trace: each token is a boundary with ``boundary_rate``; a rollback follows a
-    token with ``rollback_rate`` and wants 1 to ``back`` boundaries back."""
+    token with ``rollback_rate`` and wants 1 to ``back`` boundaries back.
+
+    With ``spec_tokens`` (``K``) the tokens come in verify steps: each step
+    commits ``1 + n`` tokens, ``n`` the drafts accepted of ``K``, each
+    accepted with ``accept_rate`` until the first rejection. A rollback that
+    a token of a step triggers happens after the step and also goes back
+    over the boundaries the step committed after that token."""
     for name, rate in (
         ("boundary_rate", boundary_rate),
         ("rollback_rate", rollback_rate),
         ("thinking_rate", thinking_rate),
+        ("accept_rate", accept_rate),
     ):
         if not 0.0 <= rate <= 1.0:
             raise InvalidArgumentError(f"'{name}' must be in [0, 1], got {rate}")
     if back < 1:
         raise InvalidArgumentError(f"'back' must be an int >= 1, got {back}")
+    if not 0 <= spec_tokens <= MAX_SPEC_TOKENS:
+        raise InvalidArgumentError(
+            f"'spec_tokens' must be an int from 0 (no speculation) to {MAX_SPEC_TOKENS}, "
+            f"got {spec_tokens}"
+        )
     rng = random.Random(seed)
     events: list[TraceEvent] = []
     for seq in range(sequences):
         thinking_left = 0
-        for _ in range(tokens):
+
+        def token(seq: int = seq) -> TraceEvent:
+            nonlocal thinking_left
             if thinking_left == 0 and rng.random() < thinking_rate:
                 thinking_left = rng.randint(5, 50)
             thinking = thinking_left > 0
             thinking_left = max(0, thinking_left - 1)
-            events.append(TraceEvent(seq, "token", rng.random() < boundary_rate, thinking))
-            if rng.random() < rollback_rate:
-                events.append(TraceEvent(seq, "rollback", back=rng.randint(1, back)))
+            return TraceEvent(seq, "token", rng.random() < boundary_rate, thinking)
+
+        if spec_tokens:
+            _verify_steps(
+                events, seq, token, rng, tokens, rollback_rate, back, spec_tokens, accept_rate
+            )
+        else:
+            for _ in range(tokens):
+                events.append(token())
+                if rng.random() < rollback_rate:
+                    events.append(TraceEvent(seq, "rollback", back=rng.randint(1, back)))
         events.append(TraceEvent(seq, "finish"))
     return events
+
+
+def _verify_steps(
+    events: list[TraceEvent],
+    seq: int,
+    token: Callable[[], TraceEvent],
+    rng: random.Random,
+    tokens: int,
+    rollback_rate: float,
+    back: int,
+    spec_tokens: int,
+    accept_rate: float,
+) -> None:
+    """One sequence's ``tokens`` tokens as verify steps, each followed by its rollback if any."""
+    left, sampled = tokens, False
+    while left > 0:
+        if not sampled:  # the first token, or the first after a rollback: sampled alone
+            step = [token()]
+        else:
+            accepted = 0
+            while accepted < spec_tokens and rng.random() < accept_rate:
+                accepted += 1
+            step = [token() for _ in range(1 + min(accepted, left - 1))]
+        events.extend(step)
+        if sampled:
+            events.append(TraceEvent(seq, "verify", drafts=spec_tokens, accepted=len(step) - 1))
+        left -= len(step)
+        sampled = True
+        trigger = next((i for i in range(len(step)) if rng.random() < rollback_rate), None)
+        if trigger is not None:
+            overrun = sum(event.boundary for event in step[trigger + 1 :])
+            events.append(TraceEvent(seq, "rollback", back=rng.randint(1, back) + overrun))
+            sampled = False
 
 
 def read_trace(path: str | Path) -> list[TraceEvent]:
@@ -166,31 +255,43 @@ class _Sequence:
     ring: SsmDecodeRing
     length: int = 0
     boundaries: list[int] = attrs.field(factory=list)
+    # Speculative traces: the flags (boundary, thinking) of the last committed token,
+    # which the next verify step feeds first (None: the next token is sampled alone),
+    # and the token events the next verify event commits.
+    unfed: tuple[bool, bool] | None = None
+    pending: list[TraceEvent] = attrs.field(factory=list)
 
 
 def replay(
     events: Sequence[TraceEvent], depth: int, progress: Callable[[int], None] | None = None
 ) -> DepthResult:
-    """Run ``events`` through rings of ``depth`` slots; ``progress(events_done)`` now and then."""
+    """Run ``events`` through rings of ``depth`` slots; ``progress(events_done)`` now and then.
+
+    A trace with ``verify`` events is speculative: its tokens reach the ring
+    through ``commit_verified``, one verify step at a time.
+    """
     result = DepthResult(depth)
+    speculative = any(event.kind == "verify" for event in events)
     sequences: dict[int, _Sequence] = {}
     for done, event in enumerate(events, start=1):
         state = sequences.get(event.seq)
         if state is None:
             state = sequences[event.seq] = _Sequence(SsmDecodeRing(depth))
         if event.kind == "token":
-            state.length += 1
-            if event.boundary:
-                state.boundaries.append(state.length)
-            snapshot_boundary_if_ssm(
-                state.ring,
-                seq=event.seq,
-                token_position=state.length,
-                is_boundary=event.boundary,
-                in_thinking=event.thinking,
-            )
+            if speculative:
+                _hold(state, event)
+            else:
+                _commit_token(state, event)
+        elif event.kind == "verify":
+            _verify(state, event, done - 1)
         elif event.kind == "rollback":
+            if state.pending:
+                raise InvalidArgumentError(
+                    f"'events[{done - 1}]' rolls seq {event.seq} back in the middle of a "
+                    f"verify step: {len(state.pending)} tokens await their verify event"
+                )
             _roll_back(state, event, result)
+            state.unfed = None
         else:
             sequences[event.seq] = _Sequence(SsmDecodeRing(depth))
         if progress is not None and done % 4096 == 0:
@@ -198,6 +299,60 @@ def replay(
     if progress is not None:
         progress(len(events))
     return result
+
+
+def _commit_token(state: _Sequence, event: TraceEvent) -> None:
+    """Plain decoding: commit one token and snapshot it if it is a boundary."""
+    state.length += 1
+    if event.boundary:
+        state.boundaries.append(state.length)
+    snapshot_boundary_if_ssm(
+        state.ring,
+        seq=event.seq,
+        token_position=state.length,
+        is_boundary=event.boundary,
+        in_thinking=event.thinking,
+    )
+
+
+def _hold(state: _Sequence, event: TraceEvent) -> None:
+    """Speculative decoding: a token sampled alone is committed now; others await a verify."""
+    if state.unfed is not None:
+        state.pending.append(event)
+        return
+    state.length += 1  # its state exists only once the next verify step has fed it
+    if event.boundary:
+        state.boundaries.append(state.length)
+    state.unfed = (event.boundary, event.thinking)
+
+
+def _verify(state: _Sequence, event: TraceEvent, index: int) -> None:
+    """Commit a verify step: the last committed token, the accepted drafts and the bonus."""
+    pending, accepted = state.pending, event.accepted
+    if state.unfed is None or len(pending) != accepted + 1 or event.drafts < accepted:
+        raise InvalidArgumentError(
+            f"'events[{index}]' must follow the {accepted} accepted drafts and the bonus token "
+            f"of seq {event.seq}'s verify step, after a token fed first, with accepted <= "
+            f"drafts; got {len(pending)} tokens, drafts {event.drafts}"
+        )
+    # The rejected drafts are fed as boundaries outside thinking, the worst case for a
+    # ring that recorded before acceptance: commit_verified must leave them out (rule 1).
+    rejected = event.drafts - accepted
+    fed = [state.unfed, *((e.boundary, e.thinking) for e in pending[:accepted])]
+    commit_verified(
+        state.ring,
+        seq=event.seq,
+        first_position=state.length,
+        accepted=accepted,
+        is_boundary=[b for b, _ in fed] + [True] * rejected,
+        in_thinking=[t for _, t in fed] + [False] * rejected,
+    )
+    for committed in pending:
+        state.length += 1
+        if committed.boundary:
+            state.boundaries.append(state.length)
+    state.unfed = (pending[-1].boundary, pending[-1].thinking)
+    pending.clear()
 
 
 def _roll_back(state: _Sequence, event: TraceEvent, result: DepthResult) -> None:

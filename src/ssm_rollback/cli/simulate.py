@@ -10,16 +10,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final, TextIO
 
 from .._errors import InvalidArgumentError
+from .._simulate import MAX_SPEC_TOKENS
 from ._common import FlagError, human, int_flag, one_line, progress_bar, rate_flag
 from ._model import MODEL_FLAGS, add_model_arguments, load_spec
 
 if TYPE_CHECKING:
     from .._simulate import DepthResult, TraceEvent
 
-__all__ = ["MAX_EVENTS", "add_parser", "run"]
+__all__ = ["DEFAULT_ACCEPT_RATE", "MAX_EVENTS", "add_parser", "run"]
 
 #: Synthetic traces are built in memory: --sequences x --tokens at most this.
 MAX_EVENTS: Final = 10_000_000
+#: --accept-rate when --spec-tokens is given without it.
+DEFAULT_ACCEPT_RATE: Final = 0.7
 
 
 def _depths(text: str) -> list[int]:
@@ -70,6 +73,14 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="synthetic: chance a thinking span starts at a token",
     )
     add("--seed", type=int_flag(0), default=0, help="synthetic: random seed")
+    add(
+        "--accept-rate",
+        metavar="R",
+        type=rate_flag,
+        default=None,
+        help="synthetic, with --spec-tokens K: verify steps of K drafts, each accepted with "
+        f"chance R until the first rejection (default {DEFAULT_ACCEPT_RATE})",
+    )
     add("--plot", metavar="FILE", help="write a PNG (needs matplotlib)")
     flags = {
         **MODEL_FLAGS,
@@ -77,6 +88,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "rollback_rate": "--rollback-rate",
         "thinking_rate": "--thinking-rate",
         "back": "--back",
+        "spec_tokens": "--spec-tokens",
+        "accept_rate": "--accept-rate",
     }
     simulate.set_defaults(run=run, flags=flags, model="nemotron-h-8b")
 
@@ -86,8 +99,10 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
 
     if args.plot is not None:
         _check_plot(args.plot)
+    _check_speculation(args)  # before load_spec sizes the engine's buffers for K
     _, spec = load_spec(args)
     events, source = _events(args)
+    speculation = _speculation(args, events)
     depths: list[int] = args.depths
     bar = progress_bar(sys.stderr, "events", quiet=args.json)
     total = len(events) * len(depths)
@@ -116,10 +131,18 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             }
             for r in results
         ]
-        report = {"model_type": spec.model_type, "source": source, "depths": rows}
+        report = {
+            "model_type": spec.model_type,
+            "source": source,
+            **speculation,
+            "depths": rows,
+        }
         print(json.dumps(report), file=out)
         return 0
     print(f"{spec.model_type}: {source}", file=out)
+    per_step = speculation["tokens_per_step"]
+    if per_step is not None:
+        print(f"mean tokens committed per verify step: {per_step:.2f}", file=out)
     print(
         f"{'depth':>5} {'rollbacks':>9} {'served':>7} {'served %':>8} "
         f"{'recomputed tokens':>17} {'memory / sequence':>17}",
@@ -134,6 +157,48 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     if args.plot is not None:
         print(f"plot written to {one_line(args.plot)}", file=out)
     return 0
+
+
+def _spec_tokens(args: argparse.Namespace) -> int:
+    # --spec-tokens is a model flag (it also sizes the engine's speculative buffers);
+    # getattr: a parser without it simulates plain decoding.
+    tokens: int = getattr(args, "spec_tokens", 0)
+    return tokens
+
+
+def _speculation(
+    args: argparse.Namespace, events: list[TraceEvent]
+) -> dict[str, int | float | None]:
+    """The report's speculative parameters (``None`` without --spec-tokens) and tokens per step."""
+    if not _spec_tokens(args):
+        return {"spec_tokens": None, "accept_rate": None, "tokens_per_step": None}
+    steps = [1 + event.accepted for event in events if event.kind == "verify"]
+    return {
+        "spec_tokens": _spec_tokens(args),
+        "accept_rate": args.accept_rate,
+        "tokens_per_step": sum(steps) / len(steps) if steps else None,
+    }
+
+
+def _check_speculation(args: argparse.Namespace) -> None:
+    spec_tokens = _spec_tokens(args)
+    if not spec_tokens:
+        if args.accept_rate is not None:
+            raise FlagError("--accept-rate", "needs --spec-tokens K >= 1 (the drafts per step)")
+        return
+    if spec_tokens > MAX_SPEC_TOKENS:
+        raise FlagError(
+            "--spec-tokens",
+            f"must be an int from 0 to {MAX_SPEC_TOKENS} to simulate verify steps, got "
+            f"{spec_tokens}",
+        )
+    if args.trace is not None:
+        raise FlagError(
+            "--spec-tokens",
+            "shapes the synthetic trace into verify steps; a --trace is replayed as recorded",
+        )
+    if args.accept_rate is None:
+        args.accept_rate = DEFAULT_ACCEPT_RATE
 
 
 def _events(args: argparse.Namespace) -> tuple[list[TraceEvent], str]:
@@ -158,12 +223,19 @@ def _events(args: argparse.Namespace) -> tuple[list[TraceEvent], str]:
         back=args.back,
         thinking_rate=args.thinking_rate,
         seed=args.seed,
+        spec_tokens=_spec_tokens(args),
+        accept_rate=args.accept_rate if args.accept_rate is not None else DEFAULT_ACCEPT_RATE,
     )
     source = (
         f"synthetic trace: {args.sequences} sequences x {args.tokens} tokens, boundary rate "
         f"{args.boundary_rate}, rollback rate {args.rollback_rate}, up to {args.back} "
         f"boundaries back, seed {args.seed}"
     )
+    if _spec_tokens(args):
+        source += (
+            f"; speculative: {_spec_tokens(args)} drafts per verify step, accept rate "
+            f"{args.accept_rate}"
+        )
     return events, source
 
 
