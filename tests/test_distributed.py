@@ -319,7 +319,7 @@ def bad_input(rank: int, world: int) -> dict[str, str]:
     real_encode = _wire.encode
 
     def unknown_kind(effects: object) -> list[int]:
-        return [_wire.MAGIC, 1, 99, 0, 0]
+        return [_wire.MAGIC, 1, 99, 0]
 
     def cut(effects: object) -> list[int]:
         return real_encode(good)[:-1]

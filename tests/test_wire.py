@@ -43,7 +43,10 @@ effects: st.SearchStrategy[Effect] = st.one_of(
 def test_decode_inverts_encode(step: list[Effect]) -> None:
     words = _wire.encode(step)
     assert all(-(2**63) <= w < 2**63 for w in words)
-    assert _wire.decode(words) == tuple(step)
+    decoded = _wire.decode(words)
+    assert decoded == tuple(step)
+    assert [type(e) for e in decoded] == [type(e) for e in step]
+    assert all(hash(a) == hash(b) for a, b in zip(decoded, step, strict=True))
 
 
 @given(st.lists(effects, min_size=1, max_size=6), st.data())
@@ -86,11 +89,10 @@ def test_the_payload_layout_is_the_documented_one() -> None:
         SaveBatch([4], [0], [9], [10], sources=[-1]),
     ]
     assert _wire.encode(step) == [
-        _wire.MAGIC, 6,
-        _wire.SAVE, 1, 2, 3, 4, -1,
-        _wire.SAVE, 1, 3, 5, 6, 2,
-        _wire.RESTORE, 0, 1, 2, 3,
-        _wire.ACCEPT, 3, 2,
+        _wire.MAGIC, 5,
+        _wire.SAVES, 2, 1, 1, 2, 3, 3, 5, 4, 6, -1, 2,
+        _wire.RESTORES, 1, 0, 1, 2, 3,
+        _wire.ACCEPTS, 1, 3, 2,
         _wire.SAVE_BATCH, 2, 0, 1, 2, 0, 1, 5, 6, 7, 8,
         _wire.SAVE_BATCH, 1, _wire.HAS_SOURCES, 4, 0, 9, 10, -1,
     ]  # fmt: skip
@@ -99,7 +101,7 @@ def test_the_payload_layout_is_the_documented_one() -> None:
 
 def test_an_unknown_kind_is_refused_naming_the_record() -> None:
     words = _wire.encode([SsmStateAccept(0, 1)])
-    words[2] = 99
+    words[2] = 99  # the first record's kind
     with pytest.raises(_wire.WireError, match="record 0 at word 2 must have a kind"):
         _wire.decode(words)
 
@@ -111,13 +113,17 @@ def test_an_unknown_kind_is_refused_naming_the_record() -> None:
         ([_wire.MAGIC + 1, 0], "magic word"),
         ([_wire.MAGIC, -1], "record count"),
         ([_wire.MAGIC, 5], "record count"),
+        ([_wire.MAGIC, 1, _wire.ACCEPTS], "a kind and a row count"),
         ([_wire.MAGIC, 1, _wire.SAVE_BATCH, 2, 7], "flags 0 or 1"),
+        ([_wire.MAGIC, 1, _wire.SAVE_BATCH, 2], "flags 0 or 1, got None"),
         ([_wire.MAGIC, 1, _wire.SAVE_BATCH, -3, 0], "of -3 rows"),
         ([_wire.MAGIC, 1, _wire.SAVE_BATCH, 1, 0, 0, 0, 0], "of 1 rows needs 4 words"),
-        ([_wire.MAGIC, 1, _wire.ACCEPT, 0], "needs 2 words"),
-        ([_wire.MAGIC, 1, _wire.ACCEPT, -1, 0], "not a valid effect"),
-        ([_wire.MAGIC, 1, _wire.SAVE, 0, 0, 0, 0, -2], "not a valid effect"),
-        ([_wire.MAGIC, 1, _wire.SAVE_BATCH, 1, 1, 0, 0, 0, 0, -2], "not a valid effect"),
+        ([_wire.MAGIC, 1, _wire.ACCEPTS, 1, 0], "of 1 rows needs 2 words"),
+        ([_wire.MAGIC, 1, _wire.ACCEPTS, 1, -1, 0], "ints >= 0, got -1 at word 4"),
+        ([_wire.MAGIC, 1, _wire.ACCEPTS, 1, 0, -1], "ints >= 0, got -1 at word 5"),
+        ([_wire.MAGIC, 1, _wire.SAVES, 1, 0, 0, 0, 0, -2], "ints >= -1, got -2 at word 8"),
+        ([_wire.MAGIC, 1, _wire.RESTORES, 1, 0, 0, -5, 0], "ints >= 0, got -5"),
+        ([_wire.MAGIC, 1, _wire.SAVE_BATCH, 1, 1, 0, 0, 0, 0, -2], "ints >= -1, got -2"),
     ],
 )
 def test_malformed_payloads_are_refused(words: list[int], message: str) -> None:

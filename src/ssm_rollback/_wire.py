@@ -5,17 +5,22 @@ words back into effects, and the tensor plumbing lives in ``distributed``.
 Rules of the format (version 1):
 
 1. The payload starts with ``MAGIC`` (which carries ``VERSION``) and the
-   record count; every record starts with its kind code.
-2. ``SAVE``: ``seq slot position ticket source`` (``source`` is ``LIVE``, -1,
-   for the live state). ``RESTORE``: ``seq slot position ticket``.
-   ``ACCEPT``: ``seq index``.
-3. ``SAVE_BATCH``: ``n flags`` then the columns ``seqs slots positions
-   tickets`` of ``n`` words each, and ``sources`` too when ``flags`` is
-   ``HAS_SOURCES``: a batch travels as columns, never row by row.
+   record count; every record starts with its kind code and its row count
+   ``n``, then holds ``n`` words per column: a record is columns, so a
+   receiver checks and builds it at C speed, never word by word.
+2. A run of consecutive single effects of one kind is one record:
+   ``SAVES`` (columns ``seqs slots positions tickets sources``; a source of
+   ``LIVE``, -1, is the live state), ``RESTORES`` (``seqs slots positions
+   tickets``), ``ACCEPTS`` (``seqs indices``). They decode as that many
+   single effects, in order.
+3. A ``SaveBatch`` is one ``SAVE_BATCH`` record: ``n flags``, then its
+   columns ``seqs slots positions tickets``, and ``sources`` when ``flags``
+   is ``HAS_SOURCES``. It decodes as one ``SaveBatch``.
 4. A payload decodes only if every word is used exactly once: a count, a
    length or a kind that does not fit raises ``WireError`` naming the word.
-5. Every value is checked as the effect's own constructor checks it, so a
-   decoded effect is one the sender could have built.
+5. Every value is checked as the effect's own constructor checks it (ints
+   ``>= 0``; sources ``>= -1``), so a decoded effect is one the sender could
+   have built.
 
 Every rank decodes the same words, so every rank raises the same error.
 """
@@ -23,19 +28,19 @@ Every rank decodes the same words, so every rank raises the same error.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Final
+from typing import Final, cast
 
-from ._effect_values import SsmSnapshotRestore, SsmSnapshotSave, SsmStateAccept
+from ._effect_values import SsmSnapshotRestore, SsmSnapshotSave, SsmStateAccept, trusted_save
 from ._effects import Effect
 from ._errors import InvalidArgumentTypeError, SsmRollbackError
 from ._save_batch import LIVE, SaveBatch
 
 __all__ = [
-    "ACCEPT",
+    "ACCEPTS",
     "HAS_SOURCES",
     "MAGIC",
-    "RESTORE",
-    "SAVE",
+    "RESTORES",
+    "SAVES",
     "SAVE_BATCH",
     "VERSION",
     "WireError",
@@ -48,19 +53,36 @@ VERSION: Final = 1
 #: ``b"SSMR"`` and the version: the first word of every payload.
 MAGIC: Final = (0x53534D52 << 16) | VERSION
 
-SAVE: Final = 1
-RESTORE: Final = 2
-ACCEPT: Final = 3
+SAVES: Final = 1
+RESTORES: Final = 2
+ACCEPTS: Final = 3
 SAVE_BATCH: Final = 4
 #: ``SAVE_BATCH`` flags: the batch has a ``sources`` column.
 HAS_SOURCES: Final = 1
 
-_NAMES: Final = {SAVE: "save", RESTORE: "restore", ACCEPT: "accept", SAVE_BATCH: "save batch"}
+_NAMES: Final = {SAVES: "saves", RESTORES: "restores", ACCEPTS: "accepts", SAVE_BATCH: "save batch"}
+_WIDTH: Final = {SAVES: 5, RESTORES: 4, ACCEPTS: 2}
 _MAX_WORD: Final = (1 << 63) - 1
+
+_new = object.__new__
+_set = object.__setattr__
 
 
 class WireError(SsmRollbackError, ValueError):
     """A payload that is not a step's effects in this format (rule 4); nothing was decoded."""
+
+
+def _kind_of(effect: object) -> int:
+    kind = type(effect)
+    if kind is SsmSnapshotSave:
+        return SAVES
+    if kind is SsmSnapshotRestore:
+        return RESTORES
+    if kind is SsmStateAccept:
+        return ACCEPTS
+    if kind is SaveBatch:
+        return SAVE_BATCH
+    return 0
 
 
 def encode(effects: Iterable[Effect]) -> list[int]:
@@ -70,36 +92,22 @@ def encode(effects: Iterable[Effect]) -> list[int]:
             f"'effects' must be an iterable of effects, got {type(effects).__name__}"
         )
     words = [MAGIC, 0]
-    count = 0
+    records = 0
+    run: list[Effect] = []
+    run_kind = 0
     for i, effect in enumerate(effects):
-        kind = type(effect)
-        if kind is SaveBatch:
-            assert isinstance(effect, SaveBatch)
-            n = len(effect)
-            words += (SAVE_BATCH, n, 0 if effect.sources is None else HAS_SOURCES)
-            words += effect.seqs
-            words += effect.slots
-            words += effect.positions
-            words += effect.tickets
-            if effect.sources is not None:
-                words += effect.sources
-        elif kind is SsmSnapshotSave:
-            assert isinstance(effect, SsmSnapshotSave)
-            source = LIVE if effect.source is None else effect.source
-            words += (SAVE, effect.seq, effect.slot, effect.token_position, effect.ticket, source)
-        elif kind is SsmSnapshotRestore:
-            assert isinstance(effect, SsmSnapshotRestore)
-            words += (RESTORE, effect.seq, effect.slot, effect.token_position, effect.ticket)
-        elif kind is SsmStateAccept:
-            assert isinstance(effect, SsmStateAccept)
-            words += (ACCEPT, effect.seq, effect.index)
-        else:
+        kind = _kind_of(effect)
+        if not kind:
             raise InvalidArgumentTypeError(
                 f"'effects[{i}]' must be an SsmSnapshotSave, SsmSnapshotRestore, SsmStateAccept "
-                f"or SaveBatch, got {effect!r} of type {kind.__name__}"
+                f"or SaveBatch, got {effect!r} of type {type(effect).__name__}"
             )
-        count += 1
-    words[1] = count
+        if kind != run_kind or kind == SAVE_BATCH:
+            records += _flush(words, run_kind, run)
+            run, run_kind = [], kind
+        run.append(effect)
+    records += _flush(words, run_kind, run)
+    words[1] = records
     if max(words) > _MAX_WORD:  # a value int64 cannot carry: refuse before anything is sent
         at = next(k for k, word in enumerate(words) if word > _MAX_WORD)
         raise InvalidArgumentTypeError(
@@ -108,29 +116,54 @@ def encode(effects: Iterable[Effect]) -> list[int]:
     return words
 
 
+def _flush(words: list[int], kind: int, run: list[Effect]) -> int:
+    """Append ``run`` (effects of one ``kind``) as one record; return the records written."""
+    if not run:
+        return 0
+    n = len(run)
+    if kind == SAVE_BATCH:
+        (batch,) = run
+        assert isinstance(batch, SaveBatch)
+        words += (SAVE_BATCH, n := len(batch), 0 if batch.sources is None else HAS_SOURCES)
+        words += batch.seqs
+        words += batch.slots
+        words += batch.positions
+        words += batch.tickets
+        if batch.sources is not None:
+            words += batch.sources
+        return 1
+    words += (kind, n)
+    if kind == ACCEPTS:
+        accepts = cast("list[SsmStateAccept]", run)
+        words += [a.seq for a in accepts]
+        words += [a.index for a in accepts]
+        return 1
+    snapshots = cast("list[SsmSnapshotSave]", run)  # restores share these four fields
+    words += [e.seq for e in snapshots]
+    words += [e.slot for e in snapshots]
+    words += [e.token_position for e in snapshots]
+    words += [e.ticket for e in snapshots]
+    if kind == SAVES:
+        words += [LIVE if e.source is None else e.source for e in snapshots]
+    return 1
+
+
 def decode(words: Sequence[int]) -> tuple[Effect, ...]:
     """The effects a payload holds (rules 1-5); anything else raises ``WireError``."""
     size = len(words)
     if size < 2 or words[0] != MAGIC:
-        first = words[0] if size else "nothing"
+        first = hex(words[0]) if size else "nothing"
         raise WireError(
             f"the payload must start with the magic word {MAGIC:#x} (format version {VERSION}), "
-            f"got {first if isinstance(first, str) else hex(first)} in {size} words"
+            f"got {first} in {size} words"
         )
     count = words[1]
     if not 0 <= count <= size:
         raise WireError(f"the payload's record count (word 1) must be in [0, {size}], got {count}")
     effects: list[Effect] = []
     at = 2
-    try:
-        for record in range(count):
-            at = _record(words, at, record, effects)
-    except WireError:
-        raise
-    except SsmRollbackError as error:  # a value the effect's own validator refuses (rule 5)
-        raise WireError(
-            f"record {len(effects)} of the payload is not a valid effect: {error}"
-        ) from None
+    for record in range(count):
+        at = _record(words, at, record, effects)
     if at != size:
         raise WireError(
             f"the payload must end after its {count} records, at word {at}, got {size} words"
@@ -138,52 +171,93 @@ def decode(words: Sequence[int]) -> tuple[Effect, ...]:
     return tuple(effects)
 
 
-def _take(words: Sequence[int], at: int, n: int, record: int, what: str) -> Sequence[int]:
-    if n < 0 or at + n > len(words):
+def _columns(
+    words: Sequence[int], at: int, record: int, width: int, n: int, name: str
+) -> list[Sequence[int]]:
+    """``width`` columns of ``n`` words from word ``at``, checked ``>= 0`` (sources ``>= -1``)."""
+    if n < 0 or n * width > len(words) - at:
         raise WireError(
-            f"record {record} ({what}) needs {n} words from word {at}, the payload has "
-            f"{len(words)} words"
+            f"record {record} ({name}) of {n} rows needs {max(n, 0) * width} words from word "
+            f"{at}, the payload has {len(words)} words"
         )
-    return words[at : at + n]
+    columns = [words[at + c * n : at + (c + 1) * n] for c in range(width)]
+    for c, column in enumerate(columns):
+        least = LIVE if (c == 4 and name != "accepts") else 0
+        if column and min(column) < least:
+            bad = next(k for k, v in enumerate(column) if v < least)
+            raise WireError(
+                f"record {record} ({name}) must hold ints >= {least}, got {column[bad]} at word "
+                f"{at + c * n + bad}"
+            )
+    return columns
 
 
 def _record(words: Sequence[int], at: int, record: int, effects: list[Effect]) -> int:
     """Decode the record at word ``at`` into ``effects``; return the word after it."""
-    kind = _take(words, at, 1, record, "kind")[0]
+    if at + 2 > len(words):
+        raise WireError(
+            f"record {record} needs a kind and a row count at word {at}, the payload has "
+            f"{len(words)} words"
+        )
+    kind, n = words[at], words[at + 1]
     name = _NAMES.get(kind)
     if name is None:
         raise WireError(
             f"record {record} at word {at} must have a kind in {sorted(_NAMES)} "
             f"({', '.join(_NAMES.values())}), got {kind}: a sender of another format version?"
         )
-    at += 1
-    if kind == SAVE:
-        seq, slot, position, ticket, source = _take(words, at, 5, record, name)
-        effects.append(
-            SsmSnapshotSave(seq, slot, position, ticket, None if source == LIVE else source)
-        )
-        return at + 5
-    if kind == RESTORE:
-        effects.append(SsmSnapshotRestore(*_take(words, at, 4, record, name)))
-        return at + 4
-    if kind == ACCEPT:
-        effects.append(SsmStateAccept(*_take(words, at, 2, record, name)))
-        return at + 2
-    n, flags = _take(words, at, 2, record, name)
-    if flags not in (0, HAS_SOURCES):
-        raise WireError(
-            f"record {record} (save batch) at word {at + 1} must have flags 0 or {HAS_SOURCES}, "
-            f"got {flags}"
-        )
     at += 2
-    width = 5 if flags else 4
-    if n < 0 or n * width > len(words) - at:
-        raise WireError(
-            f"record {record} (save batch) of {n} rows needs {max(n, 0) * width} words from "
-            f"word {at}, the payload has {len(words)} words"
-        )
-    columns = [words[at + c * n : at + (c + 1) * n] for c in range(width)]
-    seqs, slots, positions, tickets = columns[:4]
-    sources = columns[4] if flags else None
-    effects.append(SaveBatch(seqs, slots, positions, tickets, sources))
-    return at + width * n
+    if kind == SAVE_BATCH:
+        flags = words[at] if at < len(words) else None
+        if flags not in (0, HAS_SOURCES):
+            raise WireError(
+                f"record {record} (save batch) at word {at} must have flags 0 or {HAS_SOURCES}, "
+                f"got {flags}"
+            )
+        at += 1
+        width = 5 if flags else 4
+        columns = _columns(words, at, record, width, n, name)
+        effects.append(_batch(columns))
+        return at + width * n
+    columns = _columns(words, at, record, _WIDTH[kind], n, name)
+    if kind == ACCEPTS:
+        effects += map(_accept, *columns)
+    elif kind == RESTORES:
+        effects += map(_restore, *columns)
+    else:
+        effects += map(_save, *columns)
+    return at + _WIDTH[kind] * n
+
+
+# Rule 5 checked every column at C speed: build the values without their validators.
+
+
+def _batch(columns: list[Sequence[int]]) -> SaveBatch:
+    batch = _new(SaveBatch)
+    sources = tuple(columns[4]) if len(columns) == 5 else None
+    _set(batch, "seqs", tuple(columns[0]))
+    _set(batch, "slots", tuple(columns[1]))
+    _set(batch, "positions", tuple(columns[2]))
+    _set(batch, "tickets", tuple(columns[3]))
+    _set(batch, "sources", sources)
+    return batch
+
+
+def _save(seq: int, slot: int, position: int, ticket: int, source: int) -> SsmSnapshotSave:
+    return trusted_save(seq, slot, position, ticket, None if source == LIVE else source)
+
+
+def _restore(seq: int, slot: int, position: int, ticket: int) -> SsmSnapshotRestore:
+    restore = _new(SsmSnapshotRestore)
+    _set(restore, "seq", seq)
+    _set(restore, "slot", slot)
+    _set(restore, "token_position", position)
+    _set(restore, "ticket", ticket)
+    return restore
+
+
+def _accept(seq: int, index: int) -> SsmStateAccept:
+    accept = _new(SsmStateAccept)
+    _set(accept, "seq", seq)
+    _set(accept, "index", index)
+    return accept

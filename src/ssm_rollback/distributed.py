@@ -27,6 +27,7 @@ collective, the same checks.
 
 from __future__ import annotations
 
+import array
 import json
 import os
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
@@ -123,9 +124,11 @@ def broadcast_effects(
     header = header.to(device)
     dist.all_reduce(header, group=group)
     status, length, *formats = header.tolist()
-    words = torch.empty(length, dtype=torch.int64, device=device)
-    if me == src:
-        words.copy_(torch.tensor(payload, dtype=torch.int64))
+    if me == src and payload:
+        # array -> tensor shares one buffer: several times faster than torch.tensor(list)
+        words = torch.frombuffer(array.array("q", payload), dtype=torch.int64).to(device)
+    else:
+        words = torch.empty(length, dtype=torch.int64, device=device)
     dist.broadcast(words, src=src, group=group)
     received: list[int] = words.tolist()
     if status == _REFUSED:

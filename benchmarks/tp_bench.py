@@ -1,0 +1,171 @@
+"""A 1,024-row step's effects to a tensor-parallel worker: ``broadcast_effects`` vs pickled dicts.
+
+    python benchmarks/tp_bench.py            # the full run
+    python benchmarks/tp_bench.py --smoke    # a quick pass that only checks it runs
+
+Two ranks on loopback over gloo. Each round moves one step's effects for
+1,024 rows - a ``SaveBatch`` of the boundary rows, a few rollbacks'
+restores and a verify step's accepts - from rank 0 to rank 1 both ways,
+interleaved: ``broadcast_effects`` (one int64 tensor after a header) and
+``broadcast_object_list`` of ``effect.to_dict()`` with ``effect_from_dict``
+on the receiver (what v0.1 offered). Both end with the effects as values on
+every rank. Medians over the rounds; the ratio is what matters on a busy
+machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import random
+import socket
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from ssm_rollback import (
+    Effect,
+    SaveBatch,
+    SsmSnapshotRestore,
+    SsmStateAccept,
+    _wire,
+    effect_from_dict,
+)
+from ssm_rollback.distributed import broadcast_effects
+
+ROWS = 1024
+
+
+def step_effects(seed: int) -> list[Effect]:
+    """One step of 1,024 rows: a quarter save a boundary, some roll back, some accept drafts."""
+    rng = random.Random(seed)
+    rows = list(range(ROWS))
+    rng.shuffle(rows)
+    saving, restoring, accepting = rows[:256], rows[256:288], rows[288:544]
+    restores: list[Effect] = [
+        SsmSnapshotRestore(r, r % 8, 40 + r % 7, 10_000 + r) for r in restoring
+    ]
+    batch = SaveBatch(
+        saving,
+        [r % 8 for r in saving],
+        [100 + r % 50 for r in saving],
+        [20_000 + r for r in saving],
+    )
+    accepts: list[Effect] = [SsmStateAccept(r, rng.randint(0, 3)) for r in accepting]
+    return [*restores, batch, *accepts]
+
+
+def by_tensor(effects: list[Effect] | None) -> tuple[Effect, ...]:
+    return broadcast_effects(effects, src=0)
+
+
+def by_pickle(effects: list[Effect] | None) -> tuple[Effect, ...]:
+    box: list[object] = [None if effects is None else [e.to_dict() for e in effects]]
+    dist.broadcast_object_list(box, src=0)
+    dicts = box[0]
+    assert isinstance(dicts, list)
+    return tuple(effect_from_dict(d) for d in dicts)
+
+
+def floor(words: int) -> tuple[Effect, ...]:
+    """The two bare collectives ``broadcast_effects`` makes, with no encoding: the floor."""
+    dist.all_reduce(torch.zeros(4, dtype=torch.int64))
+    dist.broadcast(torch.zeros(words, dtype=torch.int64), src=0)
+    return ()
+
+
+def rank_main(rank: int, port: int, rounds: int, out: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=2,
+        timeout=datetime.timedelta(seconds=120),
+    )
+    try:
+        effects = step_effects(0)
+        expected = tuple(effects)
+        size = len(_wire.encode(effects))
+        times: dict[str, list[float]] = {
+            "broadcast_effects": [],
+            "broadcast_object_list": [],
+            "(two bare collectives)": [],
+        }
+        paths = (
+            ("broadcast_effects", by_tensor),
+            ("broadcast_object_list", by_pickle),
+            ("(two bare collectives)", lambda _: floor(size)),
+        )
+        for _ in range(rounds):
+            for name, path in paths:
+                dist.barrier()
+                start = time.perf_counter()
+                got = path(effects if rank == 0 else None)
+                # The worker's clock: from the common start until it holds the effects.
+                times[name].append(time.perf_counter() - start)
+                assert got == expected or name.startswith("("), name
+        if rank == 1:
+            Path(out).write_text(json.dumps(times), encoding="utf-8")
+    finally:
+        dist.destroy_process_group()
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="a few rounds, only to check it runs")
+    parser.add_argument("--rounds", type=int, default=200)
+    args = parser.parse_args()
+    rounds = 3 if args.smoke else args.rounds
+    with tempfile.TemporaryDirectory() as folder:
+        out = str(Path(folder) / "times.json")
+        context = mp.start_processes(  # type: ignore[attr-defined, no-untyped-call]
+            rank_main,
+            args=(free_port(), rounds, out),
+            nprocs=2,
+            join=False,
+            start_method="spawn",
+        )
+        deadline = time.monotonic() + 600
+        while not context.join(timeout=max(1.0, deadline - time.monotonic())):
+            if time.monotonic() > deadline:
+                for process in context.processes:
+                    process.kill()
+                raise SystemExit("tp_bench: the ranks did not finish within 600 s")
+        times: dict[str, list[float]] = json.loads(Path(out).read_text(encoding="utf-8"))
+    count = len(step_effects(0))
+    print(
+        f"one step of {ROWS} rows ({count} effects: a 256-row SaveBatch, 32 restores, 256 accepts)"
+    )
+    print(f"2 ranks, gloo on loopback, {rounds} rounds, medians of the worker's time")
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    for name, median in medians.items():
+        print(
+            f"  {name:<22} {median * 1e6:10.0f} us/step  "
+            f"{count / median:12,.0f} effects/s  {ROWS / median:12,.0f} rows/s"
+        )
+    ratio = medians["broadcast_object_list"] / medians["broadcast_effects"]
+    over = medians["broadcast_effects"] - medians["(two bare collectives)"]
+    pickled = medians["broadcast_object_list"] - medians["(two bare collectives)"]
+    print(f"  broadcast_effects is {ratio:.1f}x faster end to end")
+    print(
+        f"  above the collectives' own latency: {over * 1e6:.0f} us vs {pickled * 1e6:.0f} us "
+        f"({pickled / max(over, 1e-9):.1f}x)"
+    )
+
+
+if __name__ == "__main__":
+    main()
