@@ -34,11 +34,12 @@ def test_plan_json_is_one_object_with_the_promised_keys() -> None:
     )
     assert status == 0
     report = json.loads(text)
-    per_slot = 24 * ((8_192 + 2 * 8 * 128) * 3 + 128 * 64 * 128) * 2
+    # vLLM keeps Nemotron-H's h-state in float32: 97.4 MiB a slot, so 20 GiB buys none.
+    per_slot = 24 * ((8_192 + 2 * 8 * 128) * 3 * 2 + 128 * 64 * 128 * 4)
     assert report["bytes_per_slot"] == per_slot
-    assert report["slots"] == 20 * 2**30 // (256 * per_slot) == 1
+    assert report["slots"] == 20 * 2**30 // (256 * per_slot) == 0
     assert report["rule"] == "memory"
-    assert report["bytes_total"] == 256 * per_slot
+    assert report["bytes_total"] == 0
     assert len(report["layers"]) == 24
 
 

@@ -33,25 +33,31 @@ from ssm_rollback.reserve import (
 BF16 = 2
 MiB = 2**20
 
-# -- full-size configs, engine layout, against arithmetic done by hand ----------------------------
+# -- full-size configs, vLLM layout, against arithmetic done by hand ------------------------------
+# (tests/test_reserve_engines.py holds the full table: every shipped model, both engines, tp 1-8.)
+
+FP32 = 4
 
 
-def test_nemotron_h_8b_engine_layout() -> None:
+def test_nemotron_h_8b_keeps_its_h_state_in_float32_as_vllm_does() -> None:
     # 24 Mamba-2 layers ("M" in the pattern); 128 heads x 64 = 8,192 channels; 8 groups of 128.
+    # No mamba_ssm_cache_dtype in the config: NemotronHConfig's default, float32, which vLLM's
+    # NemotronHForCausalLMConfig keeps.
     spec = state_spec_from_hf_config(shipped_config("nemotron-h-8b"))
     conv = (8_192 + 2 * 8 * 128) * (4 - 1) * BF16  # 61,440
-    ssm = 128 * 64 * 128 * BF16  # 2,097,152
+    ssm = 128 * 64 * 128 * FP32  # 4,194,304
     assert len(spec.layers) == 24
     assert spec.layers[0].tensors[0].shape == (10_240, 3)
     assert spec.layers[0].tensors[1].shape == (128, 64, 128)
-    assert spec.bytes_per_snapshot == 24 * (conv + ssm) == 51_806_208
+    assert spec.bytes_per_snapshot == 24 * (conv + ssm) == 102_137_856
     assert [layer.index for layer in spec.layers][:4] == [0, 2, 4, 6]
+    assert "mamba_ssm_cache_dtype" in spec.layers[0].tensors[1].dtype_rule
 
     tp4 = state_spec_from_hf_config(shipped_config("nemotron-h-8b"), tp_size=4)
-    assert tp4.bytes_per_snapshot == 24 * (10_240 // 4 * 3 * BF16 + 32 * 64 * 128 * BF16)
+    assert tp4.bytes_per_snapshot == 24 * (10_240 // 4 * 3 * BF16 + 32 * 64 * 128 * FP32)
 
 
-def test_jamba_1_5_mini_engine_layout() -> None:
+def test_jamba_1_5_mini_vllm_layout() -> None:
     # 32 layers, attention at i % 8 == 4: 28 Mamba layers of 2 x 4,096 = 8,192 channels.
     spec = state_spec_from_hf_config(shipped_config("jamba-1.5-mini"))
     assert len(spec.layers) == 28
@@ -59,16 +65,16 @@ def test_jamba_1_5_mini_engine_layout() -> None:
     assert spec.bytes_per_snapshot == 28 * (8_192 * 3 + 8_192 * 16) * BF16 == 8_716_288
 
 
-def test_falcon_h1_7b_engine_layout() -> None:
-    # Attention and Mamba-2 side by side in all 44 layers; d_ssm 6,144 = 48 heads x 128.
+def test_falcon_h1_7b_vllm_layout() -> None:
+    # Attention and Mamba-2 side by side in all 44 layers; d_ssm 3,072 = 24 heads x 128.
     spec = state_spec_from_hf_config(shipped_config("falcon-h1-7b"))
-    conv = (6_144 + 2 * 1 * 256) * 3 * BF16
-    ssm = 48 * 128 * 256 * BF16
+    conv = (3_072 + 2 * 1 * 256) * 3 * BF16
+    ssm = 24 * 128 * 256 * BF16
     assert len(spec.layers) == 44
-    assert spec.bytes_per_snapshot == 44 * (conv + ssm) == 140_169_216
+    assert spec.bytes_per_snapshot == 44 * (conv + ssm) == 70_152_192
 
 
-def test_granite_4_0_h_small_engine_layout_and_group_replication() -> None:
+def test_granite_4_0_h_small_vllm_layout_and_group_replication() -> None:
     # 36 Mamba-2 layers of 40; one group, which tensor parallelism replicates per rank.
     spec = state_spec_from_hf_config(shipped_config("granite-4.0-h-small"))
     assert len(spec.layers) == 36
@@ -80,7 +86,7 @@ def test_granite_4_0_h_small_engine_layout_and_group_replication() -> None:
     assert tp4.bytes_per_snapshot == 36 * (conv + 32 * 64 * 128 * BF16)
 
 
-def test_qwen3_next_80b_a3b_engine_layout() -> None:
+def test_qwen3_next_80b_a3b_vllm_layout() -> None:
     # Every 4th layer is full attention: 36 gated delta-net layers.
     spec = state_spec_from_hf_config(shipped_config("qwen3-next-80b-a3b"))
     conv_dim = 2 * 16 * 128 + 32 * 128  # 8,192
@@ -92,12 +98,19 @@ def test_qwen3_next_80b_a3b_engine_layout() -> None:
     assert tp2.layers[0].tensors[1].shape == (16, 128, 128)
 
 
-def test_mamba2_2_7b_engine_layout() -> None:
+def test_mamba2_2_7b_vllm_layout() -> None:
     spec = state_spec_from_hf_config(shipped_config("mamba2-2.7b"))
     conv = (80 * 64 + 2 * 128) * 3 * BF16
     assert len(spec.layers) == 64
     assert spec.bytes_per_snapshot == 64 * (conv + 80 * 64 * 128 * BF16) == 85_950_464
     assert spec.bytes_per_snapshot / MiB == pytest.approx(81.97, abs=0.01)
+
+
+def test_engine_is_the_old_name_of_vllm() -> None:
+    config = shipped_config("nemotron-h-8b")
+    engine = state_spec_from_hf_config(config, layout="engine")
+    assert engine == state_spec_from_hf_config(config, layout="vllm")
+    assert engine.layout == "vllm"
 
 
 def test_every_shipped_config_names_its_source() -> None:
@@ -122,6 +135,8 @@ def test_transformers_layout_is_what_the_cache_holds(model_type: str) -> None:
     from ssm_rollback.testing._tiny import tiny_config
 
     config = tiny_config(model_type)
+    if config.layer_types is None:  # Lfm2MoeConfig has no default pattern
+        config.layer_types = ["conv", "full_attention", "conv", "conv"][: config.num_hidden_layers]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.manual_seed(0)
@@ -161,16 +176,24 @@ def test_configs_load_from_a_file_or_its_folder(tmp_path: Path) -> None:
 
 def test_dtypes_come_from_the_config_the_argument_and_the_ssm_cache_dtype() -> None:
     config = dict(shipped_config("nemotron-h-8b"))
+    config["mamba_ssm_cache_dtype"] = "bfloat16"
     default = state_spec_from_hf_config(config)
     assert {t.dtype for t in default.layers[0].tensors} == {"bfloat16"}
+    # vLLM's --dtype sets the model dtype: the conv follows, the configured h-state stays.
     as_float = state_spec_from_hf_config(config, dtype="float32")
-    assert as_float.bytes_per_snapshot == 2 * default.bytes_per_snapshot
+    assert [t.dtype for t in as_float.layers[0].tensors] == ["float32", "bfloat16"]
+    both = state_spec_from_hf_config(config, conv_dtype="float32", ssm_dtype="float32")
+    assert both.bytes_per_snapshot == 2 * default.bytes_per_snapshot
     config["mamba_ssm_cache_dtype"] = "float32"
     mixed = state_spec_from_hf_config(config)
     assert [t.dtype for t in mixed.layers[0].tensors] == ["bfloat16", "float32"]
     del config["torch_dtype"]
     config["dtype"] = "float16"
     assert state_spec_from_hf_config(config).layers[0].tensors[0].dtype == "float16"
+    config["dtype"] = "float32"  # vLLM's dtype="auto" runs a float32 checkpoint in bfloat16
+    assert state_spec_from_hf_config(config).layers[0].tensors[0].dtype == "bfloat16"
+    hf = state_spec_from_hf_config(config, layout="transformers")
+    assert {t.dtype for t in hf.layers[0].tensors} == {"float32"}  # transformers: as loaded
     del config["dtype"]
     assert state_spec_from_hf_config(config).layers[0].tensors[0].dtype == "bfloat16"
     assert state_spec_from_hf_config(config, dtype="torch.float16").layers[0].tensors[0].dtype == (
@@ -178,7 +201,7 @@ def test_dtypes_come_from_the_config_the_argument_and_the_ssm_cache_dtype() -> N
     )
 
 
-def test_the_engine_drops_a_conv_column_that_transformers_keeps() -> None:
+def test_the_engines_drop_a_conv_column_that_transformers_keeps() -> None:
     engine = state_spec_from_hf_config(shipped_config("jamba-1.5-mini"))
     hf = state_spec_from_hf_config(shipped_config("jamba-1.5-mini"), layout="transformers")
     assert engine.layers[0].tensors[0].shape == (8_192, 3)
@@ -190,12 +213,15 @@ def test_the_engine_drops_a_conv_column_that_transformers_keeps() -> None:
     [
         ({"model_type": "llama"}, {}, "'model_type' must be one of .*got 'llama'"),
         ({"model_type": None}, {}, "'model_type' must be one of"),
-        ({"mamba_num_heads": None}, {}, "config field 'mamba_num_heads' is missing"),
+        ({"num_hidden_layers": 3}, {}, "'hybrid_override_pattern' has 52 entries"),
         ({"ssm_state_size": -1}, {}, "config field 'ssm_state_size' must be an int >= 1"),
         ({}, {"tp_size": 3}, "'tp_size' 3 must divide config field 'mamba_num_heads' = 128"),
         ({}, {"tp_size": 0}, "'tp_size' must be an int >= 1"),
         ({}, {"tp_size": 2, "layout": "transformers"}, "must be 1 for layout 'transformers'"),
-        ({}, {"layout": "vllm"}, "'layout' must be 'engine' or 'transformers'"),
+        ({}, {"layout": "tpu"}, "'layout' must be one of 'vllm', 'engine', 'sglang'"),
+        ({}, {"num_speculative_tokens": -1}, "'num_speculative_tokens'"),
+        ({}, {"ssm_dtype": "int8"}, "'ssm_dtype' must be one of"),
+        ({}, {"conv_dtype": "int8"}, "'conv_dtype' must be one of"),
         ({}, {"dtype": "int8"}, "'dtype' must be one of"),
         ({"torch_dtype": "int4"}, {}, "'torch_dtype' must be one of"),
         ({"hybrid_override_pattern": "M-X"}, {}, "unknown layer kind 'X'"),

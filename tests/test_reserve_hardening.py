@@ -72,6 +72,28 @@ EXTRA_CONFIGS: Mapping[str, Mapping[str, object]] = {
         "mamba_ngroups": 1,
         "mamba_d_conv": 4,
     },
+    "qwen3-5-small": {
+        "model_type": "qwen3_5_text",
+        "hidden_size": 1024,
+        "num_hidden_layers": 4,
+        "linear_num_key_heads": 4,
+        "linear_num_value_heads": 8,
+        "linear_key_head_dim": 64,
+        "linear_value_head_dim": 64,
+        "linear_conv_kernel_dim": 4,
+        "mamba_ssm_dtype": "float32",
+    },
+    "qwen3-5-moe-small": {
+        "model_type": "qwen3_5_moe_text",
+        "hidden_size": 1024,
+        "layer_types": ["linear_attention", "full_attention", "linear_attention"],
+    },
+    "lfm2-moe-small": {
+        "model_type": "lfm2_moe",
+        "hidden_size": 1024,
+        "layer_types": ["conv", "full_attention", "conv", "conv"],
+        "conv_L_cache": 3,
+    },
     "lfm2-small": {
         "model_type": "lfm2",
         "hidden_size": 1024,
@@ -205,7 +227,7 @@ def test_degenerate_sizes_name_the_config_field(
     name: str, change: dict[str, object], message: str
 ) -> None:
     config = {k: v for k, v in {**config_of(name), **change}.items() if v is not None}
-    for layout in ("engine", "transformers"):
+    for layout in ("engine", "transformers"):  # SGLang refuses some families outright
         with pytest.raises(InvalidArgumentError, match=message):
             state_spec_from_hf_config(config, layout=layout)
 
@@ -258,8 +280,14 @@ def test_a_group_count_that_tensor_parallelism_would_shrink_is_refused() -> None
     # 5 groups over 4 ranks: replicating groups up to the rank count would drop one.
     with pytest.raises(InvalidArgumentError, match=r"'n_groups' = 5 .*'tp_size' = 4"):
         spec_of("mamba2-2.7b", {"n_groups": 5}, tp_size=4)
-    # Fewer groups than ranks are replicated, as the engines do.
-    assert spec_of("mamba2-2.7b", {"n_groups": 2}, tp_size=4).bytes_per_snapshot > 0
+    # vLLM's MambaMixer2 replicates a single group only (n_groups % tp == 0 or n_groups == 1):
+    # 2 groups over 4 ranks, or 3 over 2, used to be sized as if they were one.
+    with pytest.raises(InvalidArgumentError, match=r"'n_groups' = 2 .*'tp_size' = 4"):
+        spec_of("mamba2-2.7b", {"n_groups": 2}, tp_size=4)
+    with pytest.raises(InvalidArgumentError, match=r"'n_groups' = 3 .*'tp_size' = 2"):
+        spec_of("mamba2-2.7b", {"n_groups": 3, "num_heads": 96, "hidden_size": 3_072}, tp_size=2)
+    one = spec_of("mamba2-2.7b", {"n_groups": 1}, tp_size=4)
+    assert one.layers[0].tensors[0].shape == ((5_120 + 2 * 4 * 128) // 4, 3)
 
 
 @pytest.mark.parametrize(
@@ -480,7 +508,7 @@ def check_sizes_or_refuses(config: Mapping[str, object] | Path, **kwargs: object
 def test_every_field_at_every_degenerate_value_sizes_or_is_refused(name: str) -> None:
     for field in SIZING_FIELDS:
         for value in DEGENERATE:
-            for layout in ("engine", "transformers"):
+            for layout in ("engine", "sglang", "transformers"):
                 check_sizes_or_refuses({**config_of(name), field: value}, layout=layout)
 
 
@@ -488,7 +516,7 @@ def test_every_field_at_every_degenerate_value_sizes_or_is_refused(name: str) ->
 @given(
     data=st.data(),
     tp_size=st.sampled_from([1, 1, 2, 4, 3]),
-    layout=st.sampled_from(["engine", "transformers"]),
+    layout=st.sampled_from(["engine", "sglang", "transformers"]),
 )
 def test_hostile_configs_size_to_positive_bytes_or_raise_a_library_error(
     name: str, data: st.DataObject, tp_size: int, layout: str

@@ -76,13 +76,23 @@ def _report(
                 "index": layer.index,
                 "kind": layer.kind,
                 "tensors": [
-                    {"name": t.name, "shape": list(t.shape), "dtype": t.dtype, "bytes": t.nbytes}
+                    {
+                        "name": t.name,
+                        "shape": list(t.shape),
+                        "dtype": t.dtype,
+                        "dtype_rule": t.dtype_rule,
+                        "bytes": t.nbytes,
+                    }
                     for t in layer.tensors
                 ],
                 "bytes": layer.nbytes,
+                "speculative_bytes": layer.speculative_nbytes,
             }
             for layer in spec.layers
         ],
+        "spec_tokens": spec.num_speculative_tokens,
+        "speculative_bytes_per_sequence": spec.speculative_bytes_per_sequence,
+        "speculative_bytes": depth.speculative_bytes,
         "max_sequences": args.max_seqs,
         "free_bytes": args.free_memory,
         "bytes_per_slot": depth.bytes_per_slot,
@@ -101,6 +111,8 @@ def _print_table(
         f"layout {spec.layout}, tensor parallel {spec.tp_size}",
         file=out,
     )
+    for tensor in spec.layers[0].tensors:
+        print(f"  {tensor.name} dtype {tensor.dtype}: {tensor.dtype_rule}", file=out)
     print(
         f"{'layer':>5}  {'kind':<15} {'state tensors (per sequence)':<44} {'bytes':>12}", file=out
     )
@@ -117,6 +129,7 @@ def _print_table(
         ),
         ("max sequences", f"{args.max_seqs:,}"),
         ("free memory", f"{free:,} ({human(free)})"),
+        *_speculative_rows(spec, depth),
         ("slots that fit per sequence", f"{depth.fit:,}"),
         ("ring depth", f"{depth.slots} (rule: {depth.rule.value})"),
         ("bytes reserved", f"{depth.bytes_total:,} ({human(depth.bytes_total)})"),
@@ -124,3 +137,17 @@ def _print_table(
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"{key:<{width}}  {value}", file=out)
+
+
+def _speculative_rows(spec: SsmStateSpec, depth: RingDepth) -> list[tuple[str, str]]:
+    if not spec.num_speculative_tokens:
+        return []
+    per_sequence = spec.speculative_bytes_per_sequence
+    return [
+        ("draft tokens per step", f"{spec.num_speculative_tokens}"),
+        ("speculative bytes per sequence", f"{per_sequence:,} ({human(per_sequence)})"),
+        (
+            "speculative bytes (all sequences)",
+            f"{depth.speculative_bytes:,} ({human(depth.speculative_bytes)})",
+        ),
+    ]

@@ -1,0 +1,132 @@
+"""How many snapshot slots each sequence gets: state sizes from model configs, depth from memory.
+
+Two questions a scheduler answers before it allocates anything:
+
+1. *How big is one snapshot?* ``state_spec_from_hf_config`` reads a Hugging
+   Face ``config.json`` and lists every SSM layer's state tensors per
+   sequence, laid out as an engine stores them: ``layout="vllm"`` (the
+   default; ``"engine"`` is its old name) and ``"sglang"`` reproduce those
+   engines' allocations per rank, dtypes included; ``"transformers"`` is what
+   its caches hold (``conv_kernel`` columns, one rank). With
+   ``num_speculative_tokens`` the spec also lists what each engine adds for
+   speculative decoding, apart from the slot.
+2. *How many can it afford?* ``decode_rollback_ring_slots`` turns free memory
+   into a ring depth: the speculative buffers first, then ``fit = rest //
+   (max_sequences * bytes_per_snapshot)``, ``slots = min(max_slots, fit)``;
+   a ``--ring-slots`` flag (``override``) beats the
+   ``SSM_ROLLBACK_RING_SLOTS`` variable, which beats the policy.
+
+Modules: ``_spec`` (the values), ``_fields`` (reading configs), ``_defaults``
+(the ``transformers`` class defaults), ``_layers`` and ``_models`` (which
+layers, per model type), ``_families`` (shape rules per mixer family),
+``_dtypes`` (each engine's dtype rules), ``_depth`` (the policy). The core
+never imports torch or transformers: dtypes are names (``"bfloat16"``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Final, get_args
+
+from .._errors import InvalidArgumentError, check_non_negative_int
+from ._defaults import DEFAULTS
+from ._depth import DEFAULT_MAX_SLOTS, ENV_VAR, DepthRule, RingDepth, decode_rollback_ring_slots
+from ._dtypes import state_dtypes
+from ._families import FAMILIES, layer_tensors
+from ._fields import Fields, check_positive, load
+from ._layers import num_layers
+from ._models import MODEL_TYPES, SHIPPED_MODELS, normalize, shipped_config
+from ._spec import Layout, SsmLayerSpec, SsmStateSpec, StateTensorSpec
+
+__all__ = [
+    "DEFAULT_MAX_SLOTS",
+    "ENV_VAR",
+    "LAYOUTS",
+    "SHIPPED_MODELS",
+    "SUPPORTED_MODEL_TYPES",
+    "DepthRule",
+    "RingDepth",
+    "SsmLayerSpec",
+    "SsmStateSpec",
+    "StateTensorSpec",
+    "decode_rollback_ring_slots",
+    "shipped_config",
+    "state_spec_from_hf_config",
+]
+
+#: The model types ``state_spec_from_hf_config`` knows.
+SUPPORTED_MODEL_TYPES: Final = tuple(sorted(MODEL_TYPES))
+#: The layouts ``state_spec_from_hf_config`` takes (``"engine"`` means ``"vllm"``).
+LAYOUTS: Final[tuple[str, ...]] = get_args(Layout)
+
+
+def state_spec_from_hf_config(
+    config: Mapping[str, object] | str | os.PathLike[str],
+    *,
+    tp_size: int = 1,
+    dtype: str | None = None,
+    layout: Layout = "vllm",
+    conv_dtype: str | None = None,
+    ssm_dtype: str | None = None,
+    num_speculative_tokens: int = 0,
+) -> SsmStateSpec:
+    """Every SSM layer's state tensors per sequence, from a Hugging Face ``config.json``.
+
+    ``config`` is the parsed JSON or a path to it (or to its folder); a VL
+    config's ``text_config`` and a ``mamba_ssm`` config (``d_model``,
+    ``n_layer``, ``ssm_cfg``) are read too. ``dtype`` is the model dtype
+    (default: the config's, as the layout's engine resolves it);
+    ``conv_dtype`` and ``ssm_dtype`` override the state dtypes as the
+    engine's own knobs do. Each tensor's ``dtype_rule`` names the rule that
+    chose it. ``num_speculative_tokens`` sizes the engine's speculative
+    buffers (``spec.speculative_bytes_per_sequence``). A missing mixer field
+    takes the model type's ``transformers`` config-class default. Unknown
+    model types, a layout that does not serve the model type, a
+    ``tp_size`` that does not divide the heads and degenerate values raise
+    ``InvalidArgumentError`` naming the field: no config yields a zero or
+    negative byte count.
+    """
+    data = normalize(load(config))
+    tp = check_positive("tp_size", tp_size)
+    drafts = check_non_negative_int("num_speculative_tokens", num_speculative_tokens)
+    if layout not in LAYOUTS:
+        raise InvalidArgumentError(
+            f"'layout' must be one of {', '.join(map(repr, LAYOUTS))}, got {layout!r}"
+        )
+    resolved = "vllm" if layout == "engine" else layout
+    if resolved == "transformers" and tp != 1:
+        raise InvalidArgumentError(
+            f"'tp_size' must be 1 for layout 'transformers' (its caches hold one rank), got {tp}"
+        )
+    model_type = data.get("model_type")
+    if not isinstance(model_type, str) or model_type not in MODEL_TYPES:
+        raise InvalidArgumentError(
+            f"config field 'model_type' must be one of {', '.join(SUPPORTED_MODEL_TYPES)}, "
+            f"got {model_type!r}"
+        )
+    model = MODEL_TYPES[model_type]
+    if resolved == "sglang" and model.sglang is None:
+        raise InvalidArgumentError(
+            f"'layout' 'sglang' does not serve model type {model_type!r} (SGLang has no "
+            f"hybrid state pool for it); use 'vllm' or 'transformers'"
+        )
+    f = Fields(data, model_type, DEFAULTS.get(model_type, {}))
+    # The pattern's own faults (an unknown kind, no SSM layer) say more than its length.
+    layers = model.layers(f)
+    if not layers:
+        raise InvalidArgumentError(
+            f"config has no SSM layers ({model_type}): a pure-attention model needs no snapshots"
+        )
+    count = num_layers(f)
+    conv, ssm = state_dtypes(f, model, resolved, dtype, conv_dtype, ssm_dtype)
+    shape = FAMILIES[model.kind](f, tp, model.width)
+    tensors, speculative = layer_tensors(shape, resolved, conv, ssm, drafts)
+    return SsmStateSpec(
+        model_type=model_type,
+        layout=resolved,
+        tp_size=tp,
+        num_layers=count,
+        layers=tuple(SsmLayerSpec(i, model.kind, tensors, speculative) for i in layers),
+        num_speculative_tokens=drafts,
+    )

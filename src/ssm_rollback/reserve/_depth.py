@@ -1,0 +1,146 @@
+"""The depth policy: how many snapshot slots each sequence gets from the memory left."""
+
+from __future__ import annotations
+
+import enum
+import os
+from collections.abc import Mapping
+from typing import Final
+
+import attrs
+
+from .._errors import (
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    check_non_negative_int,
+    describe,
+)
+from ._fields import check_positive
+from ._spec import SsmStateSpec
+
+__all__ = ["DEFAULT_MAX_SLOTS", "ENV_VAR", "DepthRule", "RingDepth", "decode_rollback_ring_slots"]
+
+#: Slots per sequence when memory is plentiful.
+DEFAULT_MAX_SLOTS: Final = 8
+#: The environment variable that overrides the policy (the flag beats it).
+ENV_VAR: Final = "SSM_ROLLBACK_RING_SLOTS"
+
+
+class DepthRule(enum.Enum):
+    """What decided the ring depth."""
+
+    #: The ``override`` argument (the ``--ring-slots`` flag).
+    OVERRIDE = "override"
+    #: The ``SSM_ROLLBACK_RING_SLOTS`` environment variable.
+    ENV = "env"
+    #: Memory allows at least ``max_slots``: the maximum.
+    MAXIMUM = "maximum"
+    #: Memory allows fewer than ``max_slots``: as many as fit.
+    MEMORY = "memory"
+
+
+@attrs.frozen
+class RingDepth:
+    """The chosen ring depth and what it costs."""
+
+    slots: int
+    rule: DepthRule
+    bytes_per_slot: int
+    bytes_total: int
+    #: How many slots per sequence fit in ``free_bytes`` after the speculative buffers.
+    fit: int
+    #: The engine's speculative buffers for all sequences, taken from ``free_bytes`` first.
+    speculative_bytes: int = 0
+
+
+def _parse_override(value: object, source: str) -> int:
+    if isinstance(value, bool):
+        raise InvalidArgumentTypeError(f"{source} must be an integer >= 0, got {value!r}")
+    if isinstance(value, int):
+        if value < 0:
+            raise InvalidArgumentError(f"{source} must be an integer >= 0, got {value}")
+        return value
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            raise InvalidArgumentError(f"{source} must be an integer >= 0, got an empty string")
+        # isdecimal alone admits other scripts' digits ("\u0663"), which no shell user meant.
+        if not (text.isascii() and text.isdecimal()):
+            raise InvalidArgumentError(f"{source} must be an integer >= 0, got {value!r}")
+        try:
+            return int(text)
+        except ValueError:  # past Python's digit limit for int()
+            raise InvalidArgumentError(
+                f"{source} must be an integer >= 0, got a {len(text)}-digit string"
+            ) from None
+    raise InvalidArgumentTypeError(
+        f"{source} must be an integer >= 0, got {value!r} of type {type(value).__name__}"
+    )
+
+
+def decode_rollback_ring_slots(
+    spec: SsmStateSpec,
+    *,
+    max_sequences: int,
+    free_bytes: int,
+    max_slots: int = DEFAULT_MAX_SLOTS,
+    override: int | str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> RingDepth:
+    """Snapshot slots per sequence: the flag, else the environment, else what memory allows.
+
+    The engine's speculative buffers (``spec.speculative_bytes_per_sequence``
+    for each sequence) come out of ``free_bytes`` first. Without overrides
+    ``slots = min(max_slots, fit)`` with ``fit = (free_bytes - speculative)
+    // (max_sequences * spec.bytes_per_snapshot)`` (headroom is the caller's
+    business). ``override`` (the CLI flag) beats ``SSM_ROLLBACK_RING_SLOTS``
+    in ``env`` (default ``os.environ``); either may exceed ``max_slots`` but
+    must fit. A malformed or unaffordable override raises
+    ``InvalidArgumentError`` naming its source; so does any other argument
+    of the wrong type or range (``env`` must be a mapping, ``max_sequences``
+    at least 1).
+    """
+    if not isinstance(spec, SsmStateSpec):
+        raise InvalidArgumentTypeError(f"'spec' must be an SsmStateSpec, got {type(spec).__name__}")
+    sequences = check_positive("max_sequences", max_sequences)
+    free = check_non_negative_int("free_bytes", free_bytes)
+    maximum = check_non_negative_int("max_slots", max_slots)
+    environment = os.environ if env is None else env
+    if not isinstance(environment, Mapping):
+        raise InvalidArgumentTypeError(
+            f"'env' must be a mapping of environment variables such as os.environ, "
+            f"got {describe(env)}"
+        )
+    per_slot = spec.bytes_per_snapshot
+    # The spec's validators already refuse this; a spec built around them must not divide by 0.
+    if per_slot <= 0:
+        raise InvalidArgumentError(
+            f"'spec' must describe at least one byte per snapshot, got {per_slot} "
+            f"({spec.model_type}, {len(spec.layers)} SSM layers)"
+        )
+    speculative = sequences * spec.speculative_bytes_per_sequence
+    fit = max(0, free - speculative) // (sequences * per_slot)
+
+    chosen: tuple[int, DepthRule, str] | None = None
+    if override is not None:
+        chosen = (
+            _parse_override(override, "'override' (the --ring-slots flag)"),
+            DepthRule.OVERRIDE,
+            "--ring-slots",
+        )
+    elif ENV_VAR in environment:
+        chosen = (_parse_override(environment[ENV_VAR], ENV_VAR), DepthRule.ENV, ENV_VAR)
+    if chosen is not None:
+        slots, rule, source = chosen
+        if slots > fit:
+            after = f" after {speculative} bytes of speculative buffers" if speculative else ""
+            raise InvalidArgumentError(
+                f"{source} = {slots} does not fit: {slots} slots x {sequences} sequences x "
+                f"{per_slot} bytes = {slots * sequences * per_slot} bytes, but free_bytes is "
+                f"{free}{after} (at most {fit} slots fit)"
+            )
+    elif fit >= maximum:
+        slots, rule = maximum, DepthRule.MAXIMUM
+    else:
+        slots, rule = fit, DepthRule.MEMORY
+    return RingDepth(slots, rule, per_slot, slots * sequences * per_slot, fit, speculative)

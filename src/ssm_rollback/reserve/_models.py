@@ -1,0 +1,157 @@
+"""Per model type: which family, which layers, how the engines pick its state dtypes.
+
+Adding a model type is one row in ``MODEL_TYPES`` (plus its ``transformers``
+defaults in ``_defaults.py``) and one test.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from importlib import resources
+from typing import Final, Literal
+
+import attrs
+
+from .._errors import InvalidArgumentError
+from ._families import Width
+from ._fields import Fields
+from ._layers import (
+    all_layers,
+    bamba_layers,
+    granite_layers,
+    jamba_layers,
+    lfm2_layers,
+    nemotron_layers,
+    qwen3_next_layers,
+)
+from ._spec import LayerKind
+
+__all__ = ["MODEL_TYPES", "SHIPPED_MODELS", "ModelType", "normalize", "shipped_config"]
+
+
+@attrs.frozen
+class ModelType:
+    """How one ``model_type`` is sized."""
+
+    kind: LayerKind
+    layers: Callable[[Fields], list[int]]
+    width: Width = "expand"
+    #: vLLM: the config field its ``verify_and_update_config`` copies into
+    #: ``mamba_ssm_cache_dtype`` (Nemotron-H's, Qwen3.5's), else the h-state follows the conv.
+    vllm_ssm_field: str | None = None
+    #: SGLang: ``"config"`` when the model's cache params pass the config to
+    #: ``mamba2_state_dtype`` (it reads ``mamba_ssm_dtype``), ``"default"`` when they take
+    #: the dataclass default (float32 unless the environment says otherwise), ``None``
+    #: when SGLang does not serve the model type.
+    sglang: Literal["config", "default"] | None = "default"
+
+
+def _mamba_layers(f: Fields) -> list[int]:
+    """Every layer; a ``mamba_ssm`` config's ``attn_layer_idx`` become attention."""
+    attention = f.list("attn_layer_idx") or []
+    return [i for i in all_layers(f) if i not in attention]
+
+
+MODEL_TYPES: Final[Mapping[str, ModelType]] = {
+    "mamba": ModelType("mamba1", _mamba_layers),
+    "falcon_mamba": ModelType("mamba1", all_layers),
+    "jamba": ModelType("mamba1", jamba_layers, sglang=None),
+    "mamba2": ModelType("mamba2", _mamba_layers),
+    "bamba": ModelType("mamba2", bamba_layers, sglang=None),
+    "nemotron_h": ModelType(
+        "mamba2", nemotron_layers, "heads", "mamba_ssm_cache_dtype", sglang="config"
+    ),
+    # attention and Mamba-2 side by side in every layer
+    "falcon_h1": ModelType("mamba2", all_layers, "d_ssm", sglang="config"),
+    "granitemoehybrid": ModelType("mamba2", granite_layers),
+    # every Zamba2 layer has a Mamba-2 mixer; "hybrid" layers add the shared attention
+    "zamba2": ModelType("mamba2", all_layers, sglang=None),
+    "qwen3_next": ModelType("gated_delta_net", qwen3_next_layers, sglang="config"),
+    "qwen3_5_text": ModelType(
+        "gated_delta_net", qwen3_next_layers, vllm_ssm_field="mamba_ssm_dtype", sglang="config"
+    ),
+    "qwen3_5_moe_text": ModelType(
+        "gated_delta_net", qwen3_next_layers, vllm_ssm_field="mamba_ssm_dtype", sglang="config"
+    ),
+    "lfm2": ModelType("short_conv", lfm2_layers, sglang="config"),
+    "lfm2_moe": ModelType("short_conv", lfm2_layers),
+}
+
+#: Full-size configs shipped with the package, by name (``shipped_config``, ``plan --model``).
+SHIPPED_MODELS: Final = (
+    "falcon-h1-7b",
+    "granite-4.0-h-small",
+    "jamba-1.5-mini",
+    "mamba2-2.7b",
+    "nemotron-h-8b",
+    "qwen3-next-80b-a3b",
+)
+
+
+def shipped_config(name: str) -> dict[str, object]:
+    """The shipped ``config.json`` fields of a full-size model; ``_source`` says where from."""
+    if name not in SHIPPED_MODELS:
+        raise InvalidArgumentError(
+            f"'name' must be one of {', '.join(SHIPPED_MODELS)}, got {name!r}"
+        )
+    package = resources.files("ssm_rollback")
+    text = package.joinpath("configs", f"{name}.json").read_text("utf-8")
+    data: dict[str, object] = json.loads(text)
+    return data
+
+
+# mamba_ssm's module defaults: Mamba(d_state=16, d_conv=4, expand=2) and
+# Mamba2(d_state=128, d_conv=4, expand=2, headdim=64, ngroups=1).
+_MAMBA_SSM_DEFAULTS: Final[Mapping[str, Mapping[str, int]]] = {
+    "Mamba1": {"d_state": 16, "d_conv": 4, "expand": 2},
+    "Mamba2": {"d_state": 128, "d_conv": 4, "expand": 2, "headdim": 64, "ngroups": 1},
+}
+
+
+def _from_mamba_ssm(data: Mapping[str, object]) -> Mapping[str, object]:
+    """A ``mamba_ssm`` config (``d_model``, ``n_layer``, ``ssm_cfg``) in transformers' names."""
+    cfg = data.get("ssm_cfg") or {}
+    if not isinstance(cfg, Mapping):
+        raise InvalidArgumentError(f"config field 'ssm_cfg' must be an object, got {cfg!r}")
+    layer = cfg.get("layer", "Mamba1")
+    if not isinstance(layer, str) or layer not in _MAMBA_SSM_DEFAULTS:
+        raise InvalidArgumentError(
+            f"config field 'ssm_cfg.layer' must be 'Mamba1' or 'Mamba2', got {layer!r}"
+        )
+    sizes = {**_MAMBA_SSM_DEFAULTS[layer], **cfg}
+    out: dict[str, object] = {
+        "hidden_size": data["d_model"],
+        "num_hidden_layers": data["n_layer"],
+        "attn_layer_idx": data.get("attn_layer_idx") or [],
+        "expand": sizes["expand"],
+        "conv_kernel": sizes["d_conv"],
+        "state_size": sizes["d_state"],
+    }
+    if layer == "Mamba1":
+        return {"model_type": "mamba", **out}
+    heads, head_dim = sizes["expand"], sizes["headdim"]
+    d_model = data["d_model"]
+    if isinstance(heads, int) and isinstance(d_model, int) and isinstance(head_dim, int):
+        heads = heads * d_model // head_dim if head_dim else heads
+    return {
+        "model_type": "mamba2",
+        **out,
+        "num_heads": heads,
+        "head_dim": head_dim,
+        "n_groups": sizes["ngroups"],
+    }
+
+
+def normalize(data: Mapping[str, object]) -> Mapping[str, object]:
+    """The text model's config: VL wrappers unwrapped, ``mamba_ssm`` configs renamed."""
+    model_type = data.get("model_type")
+    if model_type is None and "d_model" in data and "n_layer" in data:
+        return _from_mamba_ssm(data)
+    text = data.get("text_config")
+    known = isinstance(model_type, str) and model_type in MODEL_TYPES
+    if not known and isinstance(text, Mapping):
+        # A VL config nests the language model; its dtype may sit on the outer config.
+        inherited = {k: data[k] for k in ("torch_dtype", "dtype") if data.get(k) is not None}
+        return normalize({**inherited, **text})
+    return data
