@@ -320,3 +320,24 @@ def test_a_save_batch_for_a_row_without_a_ring_is_refused_before_any_copy() -> N
     with pytest.raises(InvalidArgumentError, match="got none for seq 2"):
         apply_effects(pool, [batch], rings)
     assert pool.save_calls == 0
+
+
+# -- the torch pool's owned-memory check --------------------------------------------------------
+
+
+def test_a_live_tensor_shrunk_in_place_is_refused() -> None:
+    """The owned-memory fingerprint without the shape: ``resize_`` to fewer rows keeps the
+    address and the strides, and a restore must still refuse it."""
+    torch = pytest.importorskip("torch")
+    from ssm_rollback.backends.torch import TorchSnapshotPool
+
+    live = torch.zeros(4, 3)
+    pool = TorchSnapshotPool([live], 1)
+    assert pool.save([Save(1, 0, 1, 1)]).ok
+    pointer, strides = live.data_ptr(), live.stride()
+    live.resize_(2, 3)
+    assert (live.data_ptr(), live.stride()) == (pointer, strides)
+    with pytest.raises(InvalidArgumentError, match=r"'live_states\[0\]' must still be the memory"):
+        pool.restore([Restore(1, 0, 1, 1)])
+    with pytest.raises(InvalidArgumentError, match=r"'live_states\[0\]' must still be the memory"):
+        pool.save([Save(0, 0, 2, 2)])
