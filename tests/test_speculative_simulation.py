@@ -46,11 +46,9 @@ import pytest
 
 from ssm_rollback import (
     Effect,
-    InvalidArgumentError,
     RollbackPlan,
     SaveBatch,
     SsmDecodeRing,
-    SsmSnapshotSave,
     VerifyBatch,
     VerifyPlan,
     apply_effects,
@@ -127,7 +125,6 @@ class Tally:
     rejected_boundaries: int = 0
     thinking_boundaries: int = 0
     failed_saves: int = 0
-    overwritten_in_step: int = 0
     replays: int = 0
     served: int = 0
     declined: int = 0
@@ -256,27 +253,17 @@ class Scheduler:
     ) -> Sequence[Effect | SaveBatch]:
         """The step's effects for an intermediate-buffer pool, as the plans give them.
 
-        Except for one known fault of ``_verify``: when a row accepts more
-        boundaries in one step than its ring has slots, the plan still saves
-        the ones the later ones evicted, into the same slots, and
-        ``apply_effects`` refuses the batch (see
-        ``test_more_accepted_boundaries_than_slots_apply``). Those saves, and
-        only those, are left out here.
+        Every save a plan carries is for an entry still live after the step:
+        a row that accepted more boundaries than its ring has slots does not
+        save the ones its own step evicted.
         """
-        overwritten: set[SsmSnapshotSave] = set()
         for plan in plans:
             ring = self.rings[plan.seq]
             for save in plan.saves:
                 entry = ring.entry_for(save.token_position)
-                if entry is None or entry.ticket != save.ticket:
-                    assert any(
-                        s.slot == save.slot and s.ticket > save.ticket for s in plan.saves
-                    ), f"a save for no live entry, and no later save of its slot: {save}"
-                    overwritten.add(save)
-        if not overwritten:
-            return [e for plan in plans for e in plan.effects] if batch is None else batch.effects
-        self.tally.overwritten_in_step += len(overwritten)
-        return [e for plan in plans for e in plan.effects if e not in overwritten]
+                assert entry is not None, f"a save for no live entry: {save}"
+                assert entry.ticket == save.ticket, f"a save for an evicted entry: {save}"
+        return [e for plan in plans for e in plan.effects] if batch is None else batch.effects
 
     def _replay(self, step: _Step, plan: VerifyPlan) -> None:
         """A replay engine: restore the checkpoint, feed each segment, save at its end."""
@@ -431,9 +418,7 @@ def test_the_runs_exercise_every_path() -> None:
             for field in attrs.fields(Tally):
                 name = field.name
                 setattr(totals, name, getattr(totals, name) + getattr(tally, name))
-    # overwritten_in_step counts a known fault's cases (see _effects): it may well be zero.
     zero = [f.name for f in attrs.fields(Tally) if not getattr(totals, f.name)]
-    zero = [name for name in zero if name != "overwritten_in_step"]
     assert not zero, f"nothing exercised: {zero}"
     assert lengths == set(range(1, MAX_DRAFTS + 1))
 
@@ -506,17 +491,12 @@ def test_a_replay_segment_that_runs_to_the_step_end_is_caught(
         simulate(0, 60, replay=True, config=attrs.evolve(_MUTANT_CONFIG, replay=True))
 
 
-# -- a known fault of _verify ---------------------------------------------------------------
+# -- a step that evicts its own boundaries ------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=InvalidArgumentError,
-    reason="_verify plans saves for boundaries its own step evicts: two saves into one slot, "
-    "which apply_effects refuses",
-)
 @pytest.mark.parametrize("batched", [False, True], ids=["per-row", "batched"])
 def test_more_accepted_boundaries_than_slots_apply(batched: bool) -> None:
+    """A step's early boundaries evicted by its later ones get no save: one save per slot."""
     ring, pool = SsmDecodeRing(1), FakeSnapshotPool(1, 1)
     pool.live[0] = (1, 2, 3, 4)
     pool.intermediate[0] = [(1, 2, 3, 4, 5), (1, 2, 3, 4, 5, 6), (1, 2, 3, 4, 5, 6, 7)]

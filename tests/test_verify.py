@@ -198,3 +198,13 @@ def test_the_batch_form_matches_the_per_row_plans_and_checks_every_row_first() -
             in_thinking=[[False], [False]],
         )
     assert [r.entries for r in rings] == before  # row 0 was valid, and still not recorded
+
+
+def test_boundaries_the_step_itself_evicts_get_no_save_and_no_segment() -> None:
+    ring = SsmDecodeRing(1)
+    plan = verify(ring, first=5, accepted=2, flags="bbb")  # 5, 6 and 7 share the one slot
+    (entry,) = ring.entries
+    assert entry.token_position == 7
+    assert [s.token_position for s in plan.saves] == [7]  # one save per slot, the survivor's
+    assert [segment.through for segment in plan.replay] == [7]
+    assert not plan.replay_needed  # all drafts accepted, the only save at the end

@@ -183,16 +183,27 @@ def _check_row(
 
 def _commit(checked: _Checked) -> VerifyPlan:
     """Record the checked row's accepted boundaries and build its plan (rules 1-3)."""
-    saves: list[SsmSnapshotSave] = []
-    replay: list[ReplaySegment] = []
+    ring, seq = checked.ring, checked.seq
+    recorded: list[tuple[int, int, int, int]] = []  # (position, slot, ticket, source)
     for j in checked.boundaries:
         position = checked.first + j
-        recorded = checked.ring._record(position)
-        if recorded is None:  # a disabled ring records nothing
+        minted = ring._record(position)
+        if minted is None:  # a disabled ring records nothing
             break
-        slot, ticket = recorded
-        saves.append(trusted_save(checked.seq, slot, position, ticket, j))
-        replay.append(ReplaySegment(position, trusted_save(checked.seq, slot, position, ticket)))
+        recorded.append((position, *minted, j))
+    # A step that accepts more boundaries than the ring has slots evicts its own
+    # early ones: only the entries still live get a save (one per slot).
+    live = {
+        (position, ticket)
+        for position, _, ticket, _ in recorded
+        if (entry := ring.entry_for(position)) is not None and entry.ticket == ticket
+    }
+    saves: list[SsmSnapshotSave] = []
+    replay: list[ReplaySegment] = []
+    for position, slot, ticket, j in recorded:
+        if (position, ticket) in live:
+            saves.append(trusted_save(seq, slot, position, ticket, j))
+            replay.append(ReplaySegment(position, trusted_save(seq, slot, position, ticket)))
     end = checked.first + checked.accepted
     if not replay or replay[-1].through < end:
         replay.append(ReplaySegment(end, None))
