@@ -225,8 +225,8 @@ def _name_bad_save(
             pairs, names = [(piece.seq, piece.slot)], [f"effects[{i}]"]
         for name, (seq, slot) in zip(names, pairs, strict=True):
             # A row's state (live, or one intermediate index) once; a slot once.
-            _check_row(name, seq, slot, rows, slots, seen, (seq, run.sources[k]))
-            _check_row(name, seq, slot, rows, slots, seen, (seq, "slot", slot))
+            _check_row(name, seq, slot, rows, slots, seen, (seq, run.sources[k]), "row's state")
+            _check_row(name, seq, slot, rows, slots, seen, (seq, "slot", slot), "slot")
             k += 1
             if ring_for(seq) is None:
                 raise InvalidArgumentError(
@@ -242,6 +242,7 @@ def _check_row(
     slots: int,
     seen: dict[object, str],
     key: object = None,
+    what: str = "row",
 ) -> None:
     if seq >= rows:
         raise InvalidArgumentError(
@@ -254,6 +255,6 @@ def _check_row(
     first = seen.setdefault(seq if key is None else key, name)
     if first != name:
         raise InvalidArgumentError(
-            f"'effects' must name each row at most once per run of one kind, got seq "
-            f"{seq} at {first} and {name}"
+            f"'effects' must name each {what} at most once per run of one kind, got seq "
+            f"{seq}{'' if what != 'slot' else f' slot {slot}'} at {first} and {name}"
         )
