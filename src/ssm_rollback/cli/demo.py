@@ -7,39 +7,12 @@ import json
 import sys
 from typing import Final, TextIO
 
+from ..testing._model_types import DEMO_MODEL_TYPES
 from ._common import int_flag, progress_bar
 
 __all__ = ["MODEL_TYPES", "add_parser", "run"]
 
-#: The model types the demo builds and decodes: the tested tiny models with a causal-LM
-#: head. ``glm5_next_text`` is tested too but left out: transformers has no
-#: causal-LM class for it (only a bare decoder), so there are no logits to sample from.
-MODEL_TYPES: Final = (
-    "bailing_hybrid",
-    "bamba",
-    "falcon_h1",
-    "falcon_mamba",
-    "granitemoehybrid",
-    "inkling2_loop_text",
-    "inkling2_text",
-    "inkling_text",
-    "jamba",
-    "kimi_linear",
-    "lara_mini",
-    "lfm2",
-    "lfm3",
-    "mamba",
-    "mamba2",
-    "nemotron_h",
-    "olmo_hybrid",
-    "qwen3_5_moe_text",
-    "qwen3_5_text",
-    "qwen3_next",
-    "qwen4_exp_text",
-    "zamba",
-    "zamba2",
-    "zaya",
-)
+MODEL_TYPES: Final = DEMO_MODEL_TYPES
 
 # The pool allocates every slot up front, and the check re-decodes each kept prefix from
 # the prompt: bounds that keep a demo a demo (the tiny models also stop at 512 positions).

@@ -15,6 +15,8 @@ from typing import Final
 from transformers import CONFIG_MAPPING, AutoConfig, PretrainedConfig
 from transformers.cache_utils import get_layer_types_and_kwargs
 
+from ._model_types import TESTED_MODEL_TYPES
+
 __all__ = [
     "LINEAR_LAYER_TYPES",
     "TESTED_MODEL_TYPES",
@@ -29,35 +31,6 @@ LINEAR_LAYER_TYPES: Final = frozenset({"conv", "linear_attention", "hybrid", "hy
 
 LAYERS: Final = 4
 
-#: Model types whose tiny models the test suite rolls back bit for bit.
-#: (``ssm-rollback demo`` offers its own list: the types with a causal-LM head.)
-TESTED_MODEL_TYPES: Final = (
-    "bailing_hybrid",
-    "bamba",
-    "falcon_h1",
-    "falcon_mamba",
-    "glm5_next_text",
-    "granitemoehybrid",
-    "inkling2_loop_text",
-    "inkling2_text",
-    "inkling_text",
-    "jamba",
-    "kimi_linear",
-    "lara_mini",
-    "lfm2",
-    "lfm3",
-    "mamba",
-    "mamba2",
-    "nemotron_h",
-    "olmo_hybrid",
-    "qwen3_5_moe_text",
-    "qwen3_5_text",
-    "qwen3_next",
-    "qwen4_exp_text",
-    "zamba",
-    "zamba2",
-    "zaya",
-)
 
 # Sizes shrunk wherever a config has the field.
 _SMALL: Final[Mapping[str, int]] = {
