@@ -341,3 +341,14 @@ def test_a_live_tensor_shrunk_in_place_is_refused() -> None:
         pool.restore([Restore(1, 0, 1, 1)])
     with pytest.raises(InvalidArgumentError, match=r"'live_states\[0\]' must still be the memory"):
         pool.save([Save(0, 0, 2, 2)])
+
+
+def test_a_restore_of_a_slot_a_save_batch_wrote_earlier_in_the_call_is_accepted() -> None:
+    """apply_effects' fast check of a SaveBatch not recording what its slots will hold."""
+    pool = FakeSnapshotPool(2, 2)
+    rings = [SsmDecodeRing(2) for _ in range(2)]
+    pool.live[:] = ["row0@1", "row1@1"]
+    batch = SaveBatch(seqs=[0, 1], slots=[0, 0], positions=[1, 1], tickets=[7, 8])
+    apply_effects(pool, [batch, Restore(1, 0, 1, 8)], rings)
+    assert (pool.save_calls, pool.restore_calls) == (1, 1)
+    assert pool.live == ["row0@1", "row1@1"]
