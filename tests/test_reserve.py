@@ -123,8 +123,8 @@ def test_every_shipped_config_names_its_source() -> None:
 # -- transformers layout, against the bytes a real cache holds -------------------------------------
 
 
-@pytest.mark.parametrize("model_type", SUPPORTED_MODEL_TYPES)
-def test_transformers_layout_is_what_the_cache_holds(model_type: str) -> None:
+def _cache_and_spec(model_type: str, dtype: str) -> tuple[int, SsmStateSpec]:
+    """Bytes per sequence a tiny model's real cache holds, and the transformers-layout spec."""
     pytest.importorskip("transformers")
     import warnings
 
@@ -141,13 +141,42 @@ def test_transformers_layout_is_what_the_cache_holds(model_type: str) -> None:
         warnings.simplefilter("ignore")
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_config(config).eval()  # type: ignore[no-untyped-call]
+        model = model.to(getattr(torch, dtype))
         with torch.no_grad():
             cache = model(torch.randint(0, 128, (3, 5)), use_cache=True).cache
     held = HybridCacheSnapshotPool(cache, 1).torch_pool.live_states
     per_row = sum(t.numel() * t.element_size() for t in held) // 3
-    spec = state_spec_from_hf_config(config.to_dict(), layout="transformers", dtype="float32")
+    return per_row, state_spec_from_hf_config(config.to_dict(), layout="transformers", dtype=dtype)
+
+
+@pytest.mark.parametrize("model_type", SUPPORTED_MODEL_TYPES)
+def test_transformers_layout_is_what_the_cache_holds(model_type: str) -> None:
+    per_row, spec = _cache_and_spec(model_type, "float32")
     assert spec.bytes_per_snapshot == per_row
     assert spec.layout == "transformers"
+
+
+# The tiny models' bytes per sequence (hidden 64, 4 layers); the bfloat16 runs show the KDA and
+# OLMo-Hybrid recurrent states staying float32 in a bfloat16 model.
+_TINY_BYTES = {
+    # 3 KDA layers: conv 3 x 4 heads x 16 = 192 channels x 4 columns, state 4 x 16 x 16
+    ("kimi_linear", "float32"): 3 * (192 * 4 + 4 * 16 * 16) * 4,  # 21,504
+    ("kimi_linear", "bfloat16"): 3 * (192 * 4 * 2 + 4 * 16 * 16 * 4),  # 16,896
+    ("bailing_hybrid", "float32"): 3 * (192 * 4 + 4 * 16 * 16) * 4,  # 21,504
+    ("bailing_hybrid", "bfloat16"): 3 * (192 * 4 * 2 + 4 * 16 * 16 * 4),  # 16,896
+    # 3 gated delta-net layers: conv 2 x 2 x 16 + 4 x 16 = 128 channels, state 4 x 16 x 16
+    ("olmo_hybrid", "float32"): 3 * (128 * 4 + 4 * 16 * 16) * 4,  # 18,432
+    ("olmo_hybrid", "bfloat16"): 3 * (128 * 4 * 2 + 4 * 16 * 16 * 4),  # 15,360
+    # 4 CCA layers: (4 + 2 heads) x 16 = 96 channels x 2 columns, delayed value 2 x 16 / 2
+    ("zaya", "float32"): 4 * (96 * 2 + 16) * 4,  # 3,328
+}
+
+
+@pytest.mark.parametrize(("model_type", "dtype"), sorted(_TINY_BYTES))
+def test_new_hybrids_transformers_layout_in_both_dtypes(model_type: str, dtype: str) -> None:
+    per_row, spec = _cache_and_spec(model_type, dtype)
+    assert per_row == _TINY_BYTES[model_type, dtype]
+    assert spec.bytes_per_snapshot == per_row
 
 
 # -- reading configs ----------------------------------------------------------------------

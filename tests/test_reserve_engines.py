@@ -33,6 +33,7 @@ import pytest
 
 from ssm_rollback import InvalidArgumentError
 from ssm_rollback.reserve import SHIPPED_MODELS, shipped_config, state_spec_from_hf_config
+from ssm_rollback.reserve._spec import Layout
 
 # model -> tp -> (vllm bytes, sglang bytes or None where SGLang does not serve the model)
 ENGINE_BYTES: dict[str, dict[int, tuple[int, int | None]]] = {
@@ -148,3 +149,85 @@ def test_transformers_keeps_no_speculative_buffers() -> None:
         shipped_config("nemotron-h-8b"), layout="transformers", num_speculative_tokens=3
     )
     assert spec.speculative_bytes_per_sequence == 0
+
+
+# -- kimi_linear, bailing_hybrid, olmo_hybrid, zaya: the engines' own shape rules ---------------
+# (vLLM 0.34: kda_state_shape/_dtype, gated_delta_net_state_shape, zaya._cca_state_shapes;
+# SGLang 0.5.23: KimiLinearStateShape.create with the default float32 temporal state.)
+
+_KDA_HUB = {
+    "model_type": "kimi_linear",
+    "torch_dtype": "bfloat16",
+    "num_hidden_layers": 4,
+    "num_attention_heads": 8,
+    "head_dim": 192,  # the MLA attention's, never the KDA's
+    "linear_attn_config": {
+        "full_attn_layers": [4],
+        "kda_layers": [1, 2, 3],
+        "num_heads": 8,
+        "head_dim": 64,
+        "short_conv_kernel_size": 4,
+    },
+}
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+def test_kimi_linear_kda_in_both_engines(tp: int) -> None:
+    conv = 3 * 8 * 64 // tp * 3 * 2  # q, k, v in one bfloat16 conv state, kernel - 1 columns
+    state = 8 // tp * 64 * 64 * 4  # float32 in vLLM (kda_state_dtype) and SGLang (default)
+    for layout in ("vllm", "sglang"):
+        spec = state_spec_from_hf_config(_KDA_HUB, layout=layout, tp_size=tp)
+        assert [layer.index for layer in spec.layers] == [0, 1, 2]
+        assert spec.bytes_per_snapshot == 3 * (conv + state)
+        assert spec.layers[0].tensors[1].dtype == "float32"
+
+
+def test_kda_speculative_buffers_vllm_only() -> None:
+    spec = state_spec_from_hf_config(_KDA_HUB, num_speculative_tokens=2)
+    assert spec.speculative_bytes_per_sequence > 0
+    with pytest.raises(InvalidArgumentError, match="disable_conv_window_dedup"):
+        state_spec_from_hf_config(_KDA_HUB, layout="sglang", num_speculative_tokens=2)
+
+
+def test_bailing_vllm_makes_the_tail_past_the_last_group_attention() -> None:
+    config = {
+        "model_type": "bailing_hybrid",
+        "num_hidden_layers": 6,
+        "layer_group_size": 4,
+        "num_attention_heads": 8,
+        "head_dim": 64,
+    }
+    vllm = state_spec_from_hf_config(config)
+    sglang = state_spec_from_hf_config(config, layout="sglang")
+    assert [layer.index for layer in vllm.layers] == [0, 1, 2]  # _is_kda_layer
+    assert [layer.index for layer in sglang.layers] == [0, 1, 2, 4, 5]  # (i + 1) % 4
+    assert vllm.bytes_per_snapshot == 3 * (3 * 8 * 64 * 3 * 2 + 8 * 64 * 64 * 4)
+
+
+def test_olmo_hybrid_derives_its_sizes_and_sglang_refuses_it() -> None:
+    config = {"model_type": "olmo_hybrid", "hidden_size": 3840, "num_hidden_layers": 4}
+    spec = state_spec_from_hf_config(config)  # 30 heads, k 96 = int(0.75 * 3840 / 30), v 192
+    assert [layer.index for layer in spec.layers] == [0, 1, 2]
+    assert spec.layers[0].tensors[0].shape == (2 * 30 * 96 + 30 * 192, 3)
+    assert spec.layers[0].tensors[1].shape == (30, 96, 192)
+    with pytest.raises(InvalidArgumentError, match="'sglang' does not serve"):
+        state_spec_from_hf_config(config, layout="sglang")
+
+
+@pytest.mark.parametrize("tp", [1, 2, 8])
+def test_zaya_cca_is_replicated_on_every_rank_in_vllm(tp: int) -> None:
+    config = {
+        "model_type": "zaya",
+        "torch_dtype": "bfloat16",
+        "num_hidden_layers": 2,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "head_dim": 128,
+    }
+    spec = state_spec_from_hf_config(config, tp_size=tp)
+    assert spec.layers[0].tensors[0].shape == (10 * 128, 2)  # cca_time0 - 1 + cca_time1 - 1
+    assert spec.bytes_per_snapshot == 2 * (10 * 128 * 2 + 2 * 128 // 2) * 2
+    refused: tuple[tuple[Layout, int], ...] = (("sglang", 0), ("vllm", 1))
+    for layout, drafts in refused:
+        with pytest.raises(InvalidArgumentError, match="not sized for model type 'zaya'"):
+            state_spec_from_hf_config(config, layout=layout, num_speculative_tokens=drafts)

@@ -101,6 +101,49 @@ EXTRA_CONFIGS: Mapping[str, Mapping[str, object]] = {
         "full_attn_idxs": [1],
         "conv_L_cache": 3,
     },
+    "kimi-linear-small": {  # the Hub's linear_attn_config, layers 1-indexed
+        "model_type": "kimi_linear",
+        "hidden_size": 1024,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "linear_attn_config": {
+            "full_attn_layers": [4],
+            "kda_layers": [1, 2, 3],
+            "num_heads": 8,
+            "head_dim": 64,
+            "short_conv_kernel_size": 4,
+        },
+    },
+    "olmo-hybrid-small": {  # head counts and dims derived, as OlmoHybridConfig does
+        "model_type": "olmo_hybrid",
+        "hidden_size": 1024,
+        "num_attention_heads": 8,
+        "layer_types": [
+            "linear_attention",
+            "linear_attention",
+            "linear_attention",
+            "full_attention",
+        ],
+    },
+    "bailing-hybrid-small": {
+        "model_type": "bailing_hybrid",
+        "hidden_size": 1024,
+        "num_hidden_layers": 6,
+        "layer_group_size": 4,
+        "num_attention_heads": 8,
+        "head_dim": 64,
+        "short_conv_kernel_size": 4,
+    },
+    "zaya-small": {
+        "model_type": "zaya",
+        "hidden_size": 1024,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+        "cca_time0": 2,
+        "cca_time1": 2,
+    },
 }
 
 ALL_CONFIGS: tuple[str, ...] = SHIPPED_MODELS + tuple(EXTRA_CONFIGS)
@@ -475,6 +518,15 @@ SIZING_FIELDS = (
     "linear_value_head_dim",
     "linear_conv_kernel_dim",
     "conv_L_cache",
+    "linear_attn_config",
+    "linear_num_heads",
+    "linear_head_dim",
+    "short_conv_kernel_size",
+    "layer_group_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "cca_time0",
+    "cca_time1",
 )
 
 hostile_values = st.one_of(

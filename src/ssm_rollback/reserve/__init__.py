@@ -111,9 +111,17 @@ def state_spec_from_hf_config(
             f"'layout' 'sglang' does not serve model type {model_type!r} (SGLang has no "
             f"hybrid state pool for it); use 'vllm' or 'transformers'"
         )
+    for refused in (resolved, f"{resolved}+speculative") if drafts else (resolved,):
+        if refused in model.refusals:
+            raise InvalidArgumentError(
+                f"'layout' {resolved!r} is not sized for model type {model_type!r}"
+                f"{' with num_speculative_tokens' if '+' in refused else ''}: "
+                f"{model.refusals[refused]}"
+            )
     f = Fields(data, model_type, DEFAULTS.get(model_type, {}))
     # The pattern's own faults (an unknown kind, no SSM layer) say more than its length.
-    layers = model.layers(f)
+    layer_rule = model.vllm_layers if resolved == "vllm" and model.vllm_layers else model.layers
+    layers = layer_rule(f)
     if not layers:
         raise InvalidArgumentError(
             f"config has no SSM layers ({model_type}): a pure-attention model needs no snapshots"

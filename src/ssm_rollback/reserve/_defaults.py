@@ -86,4 +86,22 @@ DEFAULTS: Final[Mapping[str, Mapping[str, object]]] = {
     "qwen3_5_moe_text": _GDN,
     "lfm2": {"conv_L_cache": 3},  # Lfm2Config
     "lfm2_moe": {"conv_L_cache": 3},  # Lfm2MoeConfig
+    # OlmoHybridConfig: the head counts and dims default to None and are derived from
+    # num_attention_heads and hidden_size (the shape rule computes them the same way).
+    "olmo_hybrid": {"num_attention_heads": 30, "linear_conv_kernel_dim": 4},
+    "kimi_linear": {  # KimiLinearConfig (linear_attn_config's keys win over these)
+        "linear_num_heads": 32,
+        "linear_head_dim": 128,
+        "linear_conv_kernel_dim": 4,
+    },
+    # BailingHybridConfig copies head_dim (128), num_attention_heads and short_conv_kernel_size
+    # into the linear_* fields, then reuses head_dim for the MLA rope width.
+    "bailing_hybrid": {
+        "linear_num_heads": 32,
+        "linear_head_dim": 128,
+        "linear_conv_kernel_dim": 4,
+        "short_conv_kernel_size": 4,
+        "layer_group_size": 6,
+    },
+    "zaya": {"num_key_value_heads": 2, "head_dim": 128, "cca_time0": 2, "cca_time1": 2},
 }

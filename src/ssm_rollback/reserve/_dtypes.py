@@ -47,14 +47,18 @@ def state_dtypes(
     """``(conv, ssm)`` as ``(dtype, rule)`` for ``layout``."""
     if layout == "sglang":
         return _sglang(f, model, conv_dtype, ssm_dtype)
+    fixed = model.float32_state.get(layout)
     if layout == "transformers":
         # transformers caches hold the model's dtype; it reads no cache-dtype field.
         model_dtype = _model_dtype(f, dtype, layout)
         conv = _given(conv_dtype, "conv_dtype") or model_dtype
-        return conv, _given(ssm_dtype, "ssm_dtype") or model_dtype
+        state = ("float32", fixed) if fixed else model_dtype
+        return conv, _given(ssm_dtype, "ssm_dtype") or state
     model_dtype = _model_dtype(f, dtype, layout)
     conv = _given(conv_dtype, "conv_dtype (vLLM --mamba-cache-dtype)") or model_dtype
     ssm = _given(ssm_dtype, "ssm_dtype (vLLM --mamba-ssm-cache-dtype)")
+    if ssm is None and fixed:
+        ssm = "float32", fixed
     if ssm is None and model.vllm_ssm_field is not None:
         field = model.vllm_ssm_field
         named = f.str(field)  # falls back to the config class's default (Nemotron-H: float32)

@@ -42,6 +42,9 @@ class MixerShape:
     state: tuple[int, ...]
     #: vLLM widens this conv state by the draft tokens (Mamba-1's rule takes no ``num_spec``).
     widens_conv: bool = True
+    #: Conv columns every layout keeps, where the mixer's history is not ``kernel - 1`` vs
+    #: ``kernel`` (ZAYA's two stacked convs: ``cca_time0 - 1 + cca_time1 - 1`` everywhere).
+    columns: int | None = None
 
 
 def _mamba1(f: Fields, tp: int, width: Width) -> MixerShape:
@@ -121,11 +124,31 @@ def _mamba2(f: Fields, tp: int, width: Width) -> MixerShape:
     return MixerShape(conv, kernel, "ssm", (local_heads, head_dim, state))
 
 
+def _olmo_hybrid_sizes(f: Fields) -> tuple[int, int, int, int]:
+    """OlmoHybridConfig's derived defaults: heads from the attention heads, dims from the width."""
+    k_heads = f.int("linear_num_key_heads", "num_attention_heads")
+    v_heads = f.int("linear_num_value_heads", "num_attention_heads")
+    if f.has("linear_key_head_dim"):
+        k_dim = f.int("linear_key_head_dim")
+    else:  # int(0.75 * hidden_size / linear_num_key_heads), as __post_init__ computes it
+        k_dim = int(0.75 * f.int("hidden_size") / k_heads)
+        if k_dim < 1:
+            raise InvalidArgumentError(
+                f"config field 'linear_key_head_dim' is missing and 0.75 * 'hidden_size' / "
+                f"'linear_num_key_heads' = {k_heads} rounds to 0 ({f.model_type})"
+            )
+    v_dim = f.int("linear_value_head_dim", default=2 * k_dim)
+    return k_heads, v_heads, k_dim, v_dim
+
+
 def _gated_delta_net(f: Fields, tp: int, width: Width) -> MixerShape:
-    k_heads = f.int("linear_num_key_heads")
-    v_heads = f.int("linear_num_value_heads")
-    k_dim = f.int("linear_key_head_dim")
-    v_dim = f.int("linear_value_head_dim")
+    if f.model_type == "olmo_hybrid":
+        k_heads, v_heads, k_dim, v_dim = _olmo_hybrid_sizes(f)
+    else:
+        k_heads = f.int("linear_num_key_heads")
+        v_heads = f.int("linear_num_value_heads")
+        k_dim = f.int("linear_key_head_dim")
+        v_dim = f.int("linear_value_head_dim")
     kernel = f.int("linear_conv_kernel_dim", minimum=MIN_CONV_KERNEL)
     if v_heads % k_heads:
         raise InvalidArgumentError(
@@ -139,6 +162,55 @@ def _gated_delta_net(f: Fields, tp: int, width: Width) -> MixerShape:
     return MixerShape(conv, kernel, "recurrent", (local_v_heads, k_dim, v_dim))
 
 
+def _kimi_delta_attention(f: Fields, tp: int, width: Width) -> MixerShape:
+    # KimiDeltaAttention (kimi_linear, bailing_hybrid): q, k and v are each heads x head_dim
+    # wide and share one short conv; the recurrent state is heads x head_dim x head_dim.
+    # vLLM's kda_state_shape, SGLang's KimiLinearStateShape.create and the transformers
+    # modeling code agree on these sizes. A Hub config names them head_dim,
+    # num_attention_heads and short_conv_kernel_size (Bailing) or in linear_attn_config
+    # (Kimi, lifted by ``normalize``); transformers writes linear_head_dim, linear_num_heads
+    # and linear_conv_kernel_dim (BailingHybridConfig then reuses head_dim for the MLA rope).
+    # Kimi's own head_dim and num_attention_heads are the MLA attention's, never the KDA's.
+    hub = f.model_type == "bailing_hybrid"
+    heads_names = ("linear_num_heads", "num_attention_heads") if hub else ("linear_num_heads",)
+    dim_names = ("linear_head_dim", "head_dim") if hub else ("linear_head_dim",)
+    kernel_names = ("linear_conv_kernel_dim", "short_conv_kernel_size")
+    heads = f.int(*heads_names)
+    head_dim = f.int(*dim_names)
+    kernel = f.int(*kernel_names if hub else kernel_names[:1], minimum=MIN_CONV_KERNEL)
+    local_heads = divide(heads, tp, f.name(*heads_names), f.model_type)
+    state = (local_heads, head_dim, head_dim)
+    return MixerShape(local_heads * 3 * head_dim, kernel, "recurrent", state)
+
+
+def _compressed_conv_attention(f: Fields, tp: int, width: Width) -> MixerShape:
+    # ZAYA's CCA: the raw q/k projections' history for two stacked convs (cca_time0 - 1 +
+    # cca_time1 - 1 columns of (heads + kv heads) x head_dim channels) and the previous
+    # token's delayed half of the values (kv heads x head_dim // 2). transformers' ZayaCCA and
+    # vLLM's _cca_state_shapes agree; vLLM's CCA projections are ReplicatedLinear, so every
+    # rank holds the whole state whatever tp_size is.
+    heads = f.int("num_attention_heads")
+    kv_heads = f.int("num_key_value_heads")
+    head_dim = f.int("head_dim")
+    time0 = f.int("cca_time0")
+    time1 = f.int("cca_time1")
+    history = time0 - 1 + time1 - 1
+    if history < 1:
+        raise InvalidArgumentError(
+            f"config fields 'cca_time0' = {time0} and 'cca_time1' = {time1} keep no conv "
+            f"history ({f.model_type}): at least one must be >= 2"
+        )
+    delayed = kv_heads * head_dim // 2
+    if delayed < 1:
+        raise InvalidArgumentError(
+            f"config fields 'num_key_value_heads' x 'head_dim' = {kv_heads * head_dim} must be "
+            f">= 2 ({f.model_type}): half of it is the delayed value state"
+        )
+    return MixerShape(
+        (heads + kv_heads) * head_dim, history + 1, "delayed_value", (delayed,), columns=history
+    )
+
+
 def _short_conv(f: Fields, tp: int, width: Width) -> MixerShape:
     hidden = divide(f.int("hidden_size"), tp, "hidden_size", f.model_type)
     kernel = f.int("conv_L_cache", minimum=MIN_CONV_KERNEL)
@@ -149,7 +221,9 @@ FAMILIES: Final[Mapping[LayerKind, Callable[[Fields, int, Width], MixerShape]]] 
     "mamba1": _mamba1,
     "mamba2": _mamba2,
     "gated_delta_net": _gated_delta_net,
+    "kimi_delta_attention": _kimi_delta_attention,
     "short_conv": _short_conv,
+    "compressed_conv_attention": _compressed_conv_attention,
 }
 
 
@@ -167,6 +241,8 @@ def layer_tensors(
     """
     channels, kernel = shape.conv_channels, shape.kernel
     columns = kernel if layout == "transformers" else kernel - 1
+    if shape.columns is not None:
+        columns = shape.columns
     tensors = [StateTensorSpec("conv", (channels, columns), *conv)]
     if shape.state_name is not None:
         tensors.append(StateTensorSpec(shape.state_name, shape.state, *ssm))

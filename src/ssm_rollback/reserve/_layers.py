@@ -8,22 +8,31 @@ from .._errors import InvalidArgumentError, InvalidArgumentTypeError, describe
 from ._fields import Fields
 
 __all__ = [
+    "MAX_LAYERS",
     "all_layers",
+    "bailing_layers",
+    "bailing_vllm_layers",
     "bamba_layers",
     "granite_layers",
     "jamba_layers",
+    "kimi_layers",
     "lfm2_layers",
     "nemotron_layers",
     "num_layers",
+    "olmo_hybrid_layers",
     "qwen3_next_layers",
+    "zaya_layers",
 ]
 
 #: More layers than any published model by far; beyond it a count is a typo, and listing
 #: that many layers would hang rather than fail.
-_MAX_LAYERS: Final = 100_000
+MAX_LAYERS: Final = 100_000
 
 _ATTENTION_NAMES: Final = frozenset({"attention", "full_attention", "*", "sliding_attention"})
-_SSM_NAMES: Final = frozenset({"mamba", "linear_attention", "m", "conv", "hybrid"})
+# ZAYA's "hybrid" and "hybrid_sliding" layers both keep CCA conv state beside their KV cache.
+_SSM_NAMES: Final = frozenset(
+    {"mamba", "linear_attention", "m", "conv", "hybrid", "hybrid_sliding"}
+)
 _OTHER_NAMES: Final = frozenset({"mlp", "moe", "-", "e", "dummy"})
 _PATTERN_FIELDS: Final = ("layers_block_type", "hybrid_override_pattern", "layer_types")
 
@@ -77,9 +86,9 @@ def num_layers(f: Fields) -> int:
             )
     else:
         return f.int("num_hidden_layers")  # raises, naming the field
-    if count > _MAX_LAYERS:
+    if count > MAX_LAYERS:
         raise InvalidArgumentError(
-            f"config field '{source}' must be at most {_MAX_LAYERS} layers ({f.model_type}), "
+            f"config field '{source}' must be at most {MAX_LAYERS} layers ({f.model_type}), "
             f"got {count}"
         )
     for name, other in counts[1:]:
@@ -174,3 +183,50 @@ def lfm2_layers(f: Fields) -> list[int]:
         return layers
     attention = _layer_indices(f, "full_attn_idxs")
     return [i for i in all_layers(f) if i not in attention]
+
+
+def kimi_layers(f: Fields) -> list[int]:
+    """KimiLinearConfig: ``layer_types`` (``normalize`` builds it from ``linear_attn_config``)."""
+    layers = _from_pattern(f, "layer_types")
+    if layers is not None:
+        return layers
+    # KimiLinearConfig's default pattern: full attention at layers 4, 8, ... (not layer 0).
+    return [i for i in all_layers(f) if not (i and i % 4 == 0)]
+
+
+def olmo_hybrid_layers(f: Fields) -> list[int]:
+    layers = _from_pattern(f, "layer_types")
+    if layers is not None:
+        return layers
+    # OlmoHybridConfig's default: full attention at i % 4 == 3, else at the last layer.
+    count = num_layers(f)
+    attention = {i for i in range(count) if i % 4 == 3} or {count - 1}
+    return [i for i in range(count) if i not in attention]
+
+
+def _layer_group_size(f: Fields) -> int:
+    return f.int("layer_group_size")
+
+
+def bailing_layers(f: Fields) -> list[int]:
+    """BailingHybridConfig and SGLang: full attention where ``(i + 1) % layer_group_size == 0``."""
+    layers = _from_pattern(f, "layer_types")
+    if layers is not None:
+        return layers
+    group = _layer_group_size(f)
+    return [i for i in all_layers(f) if (i + 1) % group]
+
+
+def bailing_vllm_layers(f: Fields) -> list[int]:
+    """vLLM's ``_is_kda_layer`` (bailing_moe_v3.py): also the layers past the last whole group
+    are attention, and ``layer_types`` is not read."""
+    group = _layer_group_size(f)
+    count = num_layers(f)
+    grouped = count // group * group
+    return [i for i in range(count) if (i + 1) % group and i < grouped]
+
+
+def zaya_layers(f: Fields) -> list[int]:
+    """ZAYA: every layer's attention is CCA, so every layer keeps conv state."""
+    layers = _from_pattern(f, "layer_types")
+    return all_layers(f) if layers is None else layers

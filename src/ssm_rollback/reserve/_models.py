@@ -17,13 +17,19 @@ from .._errors import InvalidArgumentError
 from ._families import Width
 from ._fields import Fields
 from ._layers import (
+    MAX_LAYERS,
     all_layers,
+    bailing_layers,
+    bailing_vllm_layers,
     bamba_layers,
     granite_layers,
     jamba_layers,
+    kimi_layers,
     lfm2_layers,
     nemotron_layers,
+    olmo_hybrid_layers,
     qwen3_next_layers,
+    zaya_layers,
 )
 from ._spec import LayerKind
 
@@ -45,6 +51,12 @@ class ModelType:
     #: the dataclass default (float32 unless the environment says otherwise), ``None``
     #: when SGLang does not serve the model type.
     sglang: Literal["config", "default"] | None = "default"
+    #: vLLM's own layer rule where it differs from the config's pattern (Bailing's tail).
+    vllm_layers: Callable[[Fields], list[int]] | None = None
+    #: Layout -> why the recurrent state is float32 whatever the model dtype (KDA).
+    float32_state: Mapping[str, str] = attrs.field(factory=dict)
+    #: ``"<layout>"`` or ``"<layout>+speculative"`` -> why that layout is not sized.
+    refusals: Mapping[str, str] = attrs.field(factory=dict)
 
 
 def _mamba_layers(f: Fields) -> list[int]:
@@ -52,6 +64,16 @@ def _mamba_layers(f: Fields) -> list[int]:
     attention = f.list("attn_layer_idx") or []
     return [i for i in all_layers(f) if i not in attention]
 
+
+_KDA_FLOAT32: Final[Mapping[str, str]] = {
+    # kda_state_dtype(model_dtype, mamba_cache_dtype): its mamba_ssm_cache_dtype stays "auto".
+    "vllm": "vLLM kda_state_dtype: the KDA recurrent state is float32",
+    "transformers": "transformers: the KDA layer caches its recurrent state as float32",
+}
+_SGLANG_KDA_DRAFTS: Final = (
+    "SGLang's KDA pool keeps its speculative conv windows undeduplicated "
+    "(disable_conv_window_dedup); those buffers are not sized here"
+)
 
 MODEL_TYPES: Final[Mapping[str, ModelType]] = {
     "mamba": ModelType("mamba1", _mamba_layers),
@@ -76,6 +98,44 @@ MODEL_TYPES: Final[Mapping[str, ModelType]] = {
     ),
     "lfm2": ModelType("short_conv", lfm2_layers, sglang="config"),
     "lfm2_moe": ModelType("short_conv", lfm2_layers),
+    # vLLM's GatedDeltaNet with gated_delta_net_state_shape/_dtype; SGLang 0.5.23 has no
+    # OLMo-Hybrid model.
+    "olmo_hybrid": ModelType(
+        "gated_delta_net",
+        olmo_hybrid_layers,
+        sglang=None,
+        # Measured on transformers 5.24's PyTorch gated delta rule (no flash-linear-attention
+        # installed), which computes in float32 and caches that state uncast.
+        float32_state={
+            "transformers": "transformers: OLMo-Hybrid's gated delta rule caches a float32 state"
+        },
+    ),
+    "kimi_linear": ModelType(
+        "kimi_delta_attention",
+        kimi_layers,
+        float32_state=_KDA_FLOAT32,
+        refusals={"sglang+speculative": _SGLANG_KDA_DRAFTS},
+    ),
+    "bailing_hybrid": ModelType(
+        "kimi_delta_attention",
+        bailing_layers,
+        vllm_layers=bailing_vllm_layers,
+        float32_state=_KDA_FLOAT32,
+        refusals={"sglang+speculative": _SGLANG_KDA_DRAFTS},
+    ),
+    # vLLM's _cca_state_shapes / _cca_state_dtypes: both tensors in the conv (model) dtype.
+    "zaya": ModelType(
+        "compressed_conv_attention",
+        zaya_layers,
+        refusals={
+            "sglang": (
+                "SGLang 0.5.23 sizes ZAYA1 from its own ZayaConfig (zaya_layers, per-layer head "
+                "lists) and keeps the previous hidden state rather than the delayed values; "
+                "that layout is not sized here"
+            ),
+            "vllm+speculative": "vLLM's ZayaForCausalLM refuses speculative decoding",
+        },
+    ),
 }
 
 #: Full-size configs shipped with the package, by name (``shipped_config``, ``plan --model``).
@@ -143,11 +203,55 @@ def _from_mamba_ssm(data: Mapping[str, object]) -> Mapping[str, object]:
     }
 
 
+#: Kimi's ``linear_attn_config`` keys, as KimiLinearConfig lifts them (they win).
+_KIMI_LIFTED: Final = {
+    "head_dim": "linear_head_dim",
+    "num_heads": "linear_num_heads",
+    "short_conv_kernel_size": "linear_conv_kernel_dim",
+}
+
+
+def _from_kimi_hub(data: Mapping[str, object]) -> Mapping[str, object]:
+    """A Kimi-Linear Hub config's ``linear_attn_config`` in transformers' top-level names."""
+    nested = data.get("linear_attn_config")
+    if nested is None:
+        return data
+    if not isinstance(nested, Mapping):
+        raise InvalidArgumentError(
+            f"config field 'linear_attn_config' must be an object (kimi_linear), got {nested!r}"
+        )
+    out = dict(data)
+    for key, name in _KIMI_LIFTED.items():
+        if nested.get(key) is not None:
+            out[name] = nested[key]
+    full, kda = nested.get("full_attn_layers"), nested.get("kda_layers")
+    if data.get("layer_types") is None and isinstance(full, list) and isinstance(kda, list):
+        count = data.get("num_hidden_layers")
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_LAYERS:
+            raise InvalidArgumentError(
+                f"config field 'num_hidden_layers' must be an int in [1, {MAX_LAYERS}] "
+                f"(kimi_linear), got {count!r}"
+            )
+        types: list[object] = [None] * count  # an unlisted layer is an unknown kind
+        for names, kind in ((full, "full_attention"), (kda, "linear_attention")):
+            for layer in names:  # 1-indexed in the checkpoint
+                if isinstance(layer, bool) or not isinstance(layer, int) or not 1 <= layer <= count:
+                    raise InvalidArgumentError(
+                        f"config field 'linear_attn_config' must list layers in [1, {count}] "
+                        f"(kimi_linear), got {layer!r}"
+                    )
+                types[layer - 1] = kind
+        out["layer_types"] = types
+    return out
+
+
 def normalize(data: Mapping[str, object]) -> Mapping[str, object]:
     """The text model's config: VL wrappers unwrapped, ``mamba_ssm`` configs renamed."""
     model_type = data.get("model_type")
     if model_type is None and "d_model" in data and "n_layer" in data:
         return _from_mamba_ssm(data)
+    if model_type == "kimi_linear":
+        return _from_kimi_hub(data)
     text = data.get("text_config")
     known = isinstance(model_type, str) and model_type in MODEL_TYPES
     if not known and isinstance(text, Mapping):

@@ -24,7 +24,14 @@ __all__ = [
 
 #: ``"engine"`` is the v0.1 name of ``"vllm"``; a spec always names the layout it resolved to.
 Layout: TypeAlias = Literal["vllm", "engine", "sglang", "transformers"]
-LayerKind: TypeAlias = Literal["mamba1", "mamba2", "gated_delta_net", "short_conv"]
+LayerKind: TypeAlias = Literal[
+    "mamba1",
+    "mamba2",
+    "gated_delta_net",
+    "kimi_delta_attention",
+    "short_conv",
+    "compressed_conv_attention",
+]
 
 DTYPE_BYTES: Final[Mapping[str, int]] = {
     "float64": 8,
