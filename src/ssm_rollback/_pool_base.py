@@ -90,28 +90,19 @@ class PoolBase:
         self._check_owned()
         rows, flat, positions, tickets, sources = self._tags.check_saves(saves)
         if sources is not None:
-            self._check_indices("saves", rows, [j for j in sources if j != LIVE], sources)
+            self._check_indices("saves", rows, sources)
         fail = self._fail
         # Fault injection costs nothing when no fault is set.
         failed = [] if fail is None else [k for k in range(len(rows)) if fail(saves[k])]
-        skip = set(failed)
-        kept = [k for k in range(len(rows)) if k not in skip] if failed else list(range(len(rows)))
+        if failed:
+            skip = set(failed)
+            kept = [k for k in range(len(rows)) if k not in skip]
+            copy_rows, copy_flat = [rows[k] for k in kept], [flat[k] for k in kept]
+            copy_sources = None if sources is None else [sources[k] for k in kept]
+        else:
+            copy_rows, copy_flat, copy_sources = rows, flat, sources
         try:
-            if sources is None:
-                copy_rows = rows if not failed else [rows[k] for k in kept]
-                if copy_rows:
-                    self._copy_saves(copy_rows, flat if not failed else [flat[k] for k in kept])
-            else:
-                live = [k for k in kept if sources[k] == LIVE]
-                staged = [k for k in kept if sources[k] != LIVE]
-                if live:
-                    self._copy_saves([rows[k] for k in live], [flat[k] for k in live])
-                if staged:
-                    self._copy_intermediate_saves(
-                        [rows[k] for k in staged],
-                        [flat[k] for k in staged],
-                        [sources[k] for k in staged],
-                    )
+            self._copy_by_source(copy_rows, copy_flat, copy_sources)
         except BaseException:
             # Some state may hold the new rows and some the old: no restore
             # may read any slot of this batch.
@@ -119,6 +110,21 @@ class PoolBase:
             raise
         self._tags.commit(flat, positions, tickets, failed)
         return tuple(saves[k] for k in failed)
+
+    def _copy_by_source(self, rows: list[int], flat: list[int], sources: list[int] | None) -> None:
+        """The live-sourced rows in one copy, the intermediate-sourced ones in another."""
+        if sources is None:
+            if rows:
+                self._copy_saves(rows, flat)
+            return
+        live = [k for k, source in enumerate(sources) if source == LIVE]
+        staged = [k for k, source in enumerate(sources) if source != LIVE]
+        if live:
+            self._copy_saves([rows[k] for k in live], [flat[k] for k in live])
+        if staged:
+            self._copy_intermediate_saves(
+                [rows[k] for k in staged], [flat[k] for k in staged], [sources[k] for k in staged]
+            )
 
     def _restore_batch(self, restores: Sequence[SsmSnapshotRestore]) -> None:
         """Run the restore steps."""
@@ -155,16 +161,12 @@ class PoolBase:
                 )
             rows.append(accept.seq)
             indices.append(accept.index)
-        self._check_indices("accepts", rows, indices, indices)
+        self._check_indices("accepts", rows, indices)
         if rows:
             self._copy_accepts(rows, indices)
 
-    def _check_indices(
-        self, name: str, rows: list[int], used: list[int], sources: list[int]
-    ) -> None:
+    def _check_indices(self, name: str, rows: list[int], sources: list[int]) -> None:
         """Refuse an intermediate index the row's buffer does not hold, copying nothing."""
-        if not used:
-            return
         for k, (seq, index) in enumerate(zip(rows, sources, strict=True)):
             if index == LIVE:
                 continue

@@ -121,9 +121,9 @@ def apply_effects(pool: SnapshotPool, effects: Iterable[Effect], rings: Rings) -
     intermediate states the pool holds - and a bad one raises, naming
     ``effects[i]``, with nothing copied. A save that fails is discarded from
     ``rings[save.seq]``, so no ring points at a slot that was not written; a
-    restore that needed it
-    then raises ``StaleSnapshotError`` when its batch comes, after the
-    batches before it were applied. Returns every failed save.
+    restore that needed it then raises ``StaleSnapshotError`` when its batch
+    comes, after the batches before it were applied. Returns every failed
+    save.
     """
     pool = _check_pool(pool)
     ring_for = _ring_lookup(rings)
