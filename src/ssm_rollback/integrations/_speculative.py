@@ -4,8 +4,11 @@ Each step feeds the last committed token and ``k`` drafts through the target
 in one forward pass, after a checkpoint of the recurrent state (a pool slot
 of its own). If the target rejects a draft, the checkpoint is restored, the
 attention KV cropped, and the accepted tokens are queued to be fed again in
-front of the next step's tokens - one forward pass per step either way. That
-is the replay form of ``commit_verified``'s plan, which also places boundary
+front of the next step's tokens - one forward pass per step either way. (A
+replay wider than a verify step, from rejections in a row, gets a forward
+pass of its own, so that forward passes stay at most about twice as wide.)
+An attention-only cache is cropped to the accepted tokens and replays
+nothing. That is the replay form of ``commit_verified``'s plan, which also places boundary
 snapshots when a ring is asked for.
 """
 
@@ -199,6 +202,11 @@ def speculative_generate(
     while new and len(new) < max_new_tokens and new[-1] not in eos:
         k = min(k_max, max_new_tokens - len(new))
         drafts, dists = propose(prompt + new, k, generator) if k else ([], None)
+        if len(target.queued) > k_max + 1:
+            # The checkpoint is taken before the queued replay, so a verify step that carries it
+            # and rejects again replays it once more: fed on its own once it is wider than a
+            # verify step, the replay stays bounded when drafts keep failing.
+            target.feed([])
         target.checkpoint()
         logits = target.feed([new[-1], *drafts])
         n, bonus = _accept(logits, drafts, dists, generator)
@@ -268,7 +276,7 @@ def _commit(
     for segment in plan.replay:
         if segment.save is None:
             continue
-        if plan.replay_needed:  # feed up to the boundary now, to save exactly its state
+        if plan.replay_needed and target.queued:  # feed up to the boundary, to save its state
             upto = prompt_len + segment.through - len(target.fed)
             target.queued, rest = target.queued[:upto], target.queued[upto:]
             target.feed([])

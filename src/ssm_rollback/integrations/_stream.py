@@ -6,6 +6,7 @@ checkpoint of the recurrent state in a ``HybridCacheSnapshotPool`` slot of its
 own (after the ring's slots), and rewinds to it by restoring the slot and
 cropping the attention KV. Tokens a rewind drops but the caller wants back
 are queued and fed in front of the next ``feed``, in the same forward pass.
+A cache without recurrent state (attention only) is just cropped.
 """
 
 from __future__ import annotations
@@ -90,7 +91,6 @@ class _Stream:
         self.forward_passes = 0
         self._checkpoint_ring = SsmDecodeRing(1)
         self._checkpoint: SsmSnapshotSave | None = None
-        self._checkpoint_len = 0  # the checkpoint of a cache without recurrent state
 
     def feed(self, ids: Sequence[int]) -> torch.Tensor:
         """Feed the queued tokens and ``ids`` in one forward pass; the logits of ``ids``."""
@@ -124,8 +124,7 @@ class _Stream:
         """Remember the state after ``len(self.fed)`` tokens (queued tokens are not fed yet)."""
         length = len(self.fed)
         if self.pool is None:
-            self._checkpoint_len = length
-            return
+            return  # a KV crop needs no checkpoint
         if self._checkpoint is not None and self._checkpoint.token_position == length:
             return  # the slot already holds this state
         self._checkpoint_ring.record(length)
@@ -137,10 +136,12 @@ class _Stream:
         self._checkpoint = save
 
     def rewind(self, keep: int) -> None:
-        """Go back to the checkpoint and queue the fed tokens up to ``keep`` to feed again."""
-        kept = self.fed[:keep]
+        """Go back to ``keep`` tokens: restore the checkpoint and queue the held tokens from it up
+        to ``keep`` to feed again. A cache without recurrent state is cropped to ``keep`` itself
+        (a KV crop is exact at any length), and nothing is queued."""
+        kept = [*self.fed, *self.queued][:keep]
         if self.pool is None:
-            at = self._checkpoint_len
+            at = min(keep, len(self.fed))
         else:
             assert self._checkpoint is not None
             checkpoint = self._checkpoint
@@ -149,7 +150,7 @@ class _Stream:
         if keep < at:
             raise InvalidArgumentError(f"'keep' must be >= the checkpoint {at}, got {keep}")
         self._truncate(at)
-        self.queued = kept[at:] + self.queued
+        self.queued = kept[at:]
 
     def _truncate(self, length: int) -> None:
         assert self.cache is not None
