@@ -192,6 +192,31 @@ def test_wrong_drafts_are_undone_exactly(
         torch.testing.assert_close(logits, fresh, rtol=0, atol=1e-6)
 
 
+def test_a_replay_stays_bounded_when_drafts_keep_failing() -> None:
+    """Every draft rejected: the replay grows by a token a step until it is wider than four
+    verify steps, then gets a forward pass of its own; the output stays greedy's."""
+    target = model("mamba2")
+    ids = prompt(4)  # holds mamba2's pad id, which generate masks unless told not to
+    expected = target.generate(  # type: ignore[operator]
+        ids, attention_mask=torch.ones_like(ids), max_new_tokens=24, do_sample=False
+    )
+
+    def wrong(tokens: list[int], n: int) -> list[int]:
+        return [(t + 1) % 128 for t in expected[0, len(tokens) : len(tokens) + n].tolist()]
+
+    widths: list[int] = []
+    hook = target.register_forward_hook(lambda _, args, out: widths.append(args[0].shape[1]))
+    try:
+        result = speculative_generate(
+            target, ids, max_new_tokens=24, draft=wrong, num_draft_tokens=1
+        )
+    finally:
+        hook.remove()
+    assert result.sequences.tolist() == expected.tolist()
+    assert result.report.forward_passes == len(widths) > 1 + 23  # prefill, 23 verify steps, replays
+    assert max(widths[1:]) == 4 * 2 + 2  # a replay of four verify steps' width, and a verify step
+
+
 def test_the_sampled_acceptance_rule_keeps_the_target_distribution() -> None:
     """Standard speculative sampling: whatever the draft distribution, the token that comes
     out (an accepted draft, or the residual sample after a rejection) is distributed as the

@@ -5,8 +5,8 @@ in one forward pass, after a checkpoint of the recurrent state (a pool slot
 of its own). If the target rejects a draft, the checkpoint is restored, the
 attention KV cropped, and the accepted tokens are queued to be fed again in
 front of the next step's tokens - one forward pass per step either way. (A
-replay wider than a verify step, from rejections in a row, gets a forward
-pass of its own, so that forward passes stay at most about twice as wide.)
+replay that rejections in a row made wider than four verify steps gets a
+forward pass of its own, so that forward passes stay bounded.)
 An attention-only cache is cropped to the accepted tokens and replays
 nothing. That is the replay form of ``commit_verified``'s plan, which also places boundary
 snapshots when a ring is asked for.
@@ -30,6 +30,11 @@ __all__ = ["DraftFn", "speculative_generate"]
 
 #: A drafter: ``draft(tokens, k)`` proposes up to ``k`` token ids to follow ``tokens``.
 DraftFn = Callable[[list[int], int], Sequence[int]]
+
+#: A replay wider than this many verify steps is fed in a forward pass of its own. Wider
+#: forward passes cost little more (CPU: the Mamba2 scan pads to its chunk; GPU: width is
+#: nearly free), while an extra pass costs a whole one: fold a few rejected steps, not all.
+_REPLAY_STEPS = 4
 
 #: Drafts and, for a sampling assistant, the distribution each was drawn from.
 _Proposal = tuple[list[int], list[torch.Tensor] | None]
@@ -202,10 +207,10 @@ def speculative_generate(
     while new and len(new) < max_new_tokens and new[-1] not in eos:
         k = min(k_max, max_new_tokens - len(new))
         drafts, dists = propose(prompt + new, k, generator) if k else ([], None)
-        if len(target.queued) > k_max + 1:
+        if len(target.queued) > _REPLAY_STEPS * (k_max + 1):
             # The checkpoint is taken before the queued replay, so a verify step that carries it
-            # and rejects again replays it once more: fed on its own once it is wider than a
-            # verify step, the replay stays bounded when drafts keep failing.
+            # and rejects again replays it once more: fed on its own once it is as wide as a few
+            # verify steps, the replay stays bounded when drafts keep failing.
             target.feed([])
         target.checkpoint()
         logits = target.feed([new[-1], *drafts])
