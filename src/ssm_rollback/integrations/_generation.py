@@ -29,9 +29,9 @@ __all__ = ["GenerationReport", "GenerationResult", "backtracking_generate"]
 RejectFn = Callable[[list[int]], int | None]
 
 
-@attrs.frozen
-class GenerationReport:
-    """What a decoder did, summed over the rows."""
+@attrs.define
+class _Counts:
+    """The report's counters while a run is under way; ``freeze()`` makes the report."""
 
     #: New tokens in the output (rollbacks' dropped tokens not counted).
     tokens: int = 0
@@ -54,6 +54,18 @@ class GenerationReport:
     #: With ``check_rollbacks``: rollbacks whose next logits differ from a fresh decode.
     mismatches: int = 0
 
+    def freeze(self) -> GenerationReport:
+        return GenerationReport(**attrs.asdict(self))
+
+
+@attrs.frozen
+class GenerationReport(_Counts):
+    """What a decoder did, summed over the rows: the counters above, frozen.
+
+    ``drafts_proposed``, ``drafts_accepted``, ``forward_passes``,
+    ``rollbacks_served`` and ``rollbacks_declined`` among them (SPEC 10).
+    """
+
 
 @attrs.frozen(eq=False)  # holds a tensor: compare by identity
 class GenerationResult:
@@ -61,27 +73,6 @@ class GenerationResult:
 
     sequences: torch.Tensor
     report: GenerationReport
-
-
-@attrs.define
-class _Counts:
-    """The report's counters while a run is under way."""
-
-    tokens: int = 0
-    forward_passes: int = 0
-    drafts_proposed: int = 0
-    drafts_accepted: int = 0
-    rollbacks_served: int = 0
-    rollbacks_declined: int = 0
-    tokens_regenerated: int = 0
-    boundaries: int = 0
-    snapshots: int = 0
-    rollback_seconds: float = 0.0
-    recompute_seconds: float = 0.0
-    mismatches: int = 0
-
-    def freeze(self) -> GenerationReport:
-        return GenerationReport(**attrs.asdict(self))
 
 
 def prompt_rows(input_ids: torch.Tensor | Sequence[int]) -> list[list[int]]:
