@@ -15,9 +15,10 @@ import random
 import socket
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
-from typing import Final
+from typing import Final, ParamSpec, TypeVar
 
 import pytest
 
@@ -25,6 +26,7 @@ pytest.importorskip("torch")
 
 import torch
 import torch.distributed as dist
+from torch._C._distributed_c10d import HashStore
 
 from ssm_rollback import (
     Effect,
@@ -34,6 +36,8 @@ from ssm_rollback import (
     SsmDecodeRing,
     SsmSnapshotSave,
     SsmStateAccept,
+    _wire,
+    _wire_channel,
     apply_effects,
     commit_verified_batch,
     rollback_to_boundary,
@@ -51,6 +55,9 @@ PRIME: Final = 65521.0  # states stay exact integers in float32
 JOIN_S: Final = 120
 
 IDLE, DECODE, VERIFY, RESET, ROLLBACK = range(5)
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def config(groups: int) -> dict[str, object]:
@@ -307,8 +314,6 @@ def outcome_of(call: Callable[[], object]) -> str:
 
 
 def bad_input(rank: int, world: int) -> dict[str, str]:
-    from ssm_rollback import _wire
-
     good: list[Effect] = [SsmStateAccept(1, 2), SaveBatch([0, 1], [0, 0], [3, 4], [5, 6])]
     mine = good if rank == 0 else None
     results = {"good": outcome_of(lambda: tp.broadcast_effects(mine, src=0))}
@@ -329,17 +334,79 @@ def bad_input(rank: int, world: int) -> dict[str, str]:
             _wire.encode = encoder
         results[label] = outcome_of(lambda: tp.broadcast_effects(mine, src=0))
         _wire.encode = real_encode
+    # A peer on another format version: caught by the handshake of a group's first step.
+    fresh = dist.new_group()
     magic = _wire.MAGIC
     if rank == world - 1:
-        _wire.MAGIC = magic + 1  # type: ignore[misc]  # a peer on another format version
-    results["mixed versions"] = outcome_of(lambda: tp.broadcast_effects(mine, src=0))
+        _wire.MAGIC = magic + 1  # type: ignore[misc]
+    results["mixed versions"] = outcome_of(lambda: tp.broadcast_effects(mine, src=0, group=fresh))
     _wire.MAGIC = magic  # type: ignore[misc]
+    results["fresh group"] = outcome_of(lambda: tp.broadcast_effects(mine, src=0, group=fresh))
+    results.update(corrupt_headers(rank, mine))
+    results.update(growth(rank))
     results["bad src"] = outcome_of(lambda: tp.broadcast_effects(mine, src=world + 5))
     results["good again"] = outcome_of(lambda: tp.broadcast_effects(mine, src=0))
     # Pools of different shapes are a dispute on every rank, not a hang.
     live = (torch.zeros((1, 2 + (rank == 1), 3)),)
     odd = TorchSnapshotPool(live, 2, batch_dim=1)
     results["shapes"] = outcome_of(lambda: tp.check_agreement(odd))
+    return results
+
+
+def corrupt_headers(rank: int, mine: list[Effect] | None) -> dict[str, str]:
+    """The sender's header corrupted: a ``WireError`` on every rank, and the group still works."""
+    real = _wire_channel.header_words
+    results = {}
+    for label, header in (
+        ("bad status", lambda status, n: (7, n)),
+        ("negative length", lambda status, n: (status, -4)),
+        ("length past the buffer", lambda status, n: (status, 10**6)),
+        ("huge length follows", lambda status, n: (status | _wire_channel.FOLLOWS, 2**40)),
+    ):
+        if rank == 0:
+            _wire_channel.header_words = header
+        results[label] = outcome_of(lambda: tp.broadcast_effects(mine, src=0))
+        _wire_channel.header_words = real
+    results["after corruption"] = outcome_of(lambda: tp.broadcast_effects(mine, src=0))
+    return results
+
+
+class Loud:
+    """Not an effect, with a long repr: the sender's refusal outgrows the buffer."""
+
+    def __repr__(self) -> str:
+        return "loud" * 3000
+
+
+def growth(rank: int) -> dict[str, str]:
+    """A step bigger than the buffer costs one more broadcast, once; then one per step again."""
+    calls = {"broadcast": 0, "all_reduce": 0}
+    real_broadcast, real_all_reduce = dist.broadcast, dist.all_reduce
+
+    def counted(name: str, call: Callable[P, R]) -> Callable[P, R]:
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            calls[name] += 1
+            return call(*args, **kwargs)
+
+        return wrapper
+
+    dist.broadcast = counted("broadcast", real_broadcast)
+    dist.all_reduce = counted("all_reduce", real_all_reduce)
+    results = {}
+    rows = 0
+    try:
+        for label in ("small step", "loud refusal", "big step", "big step again"):
+            step: list[object] = [SsmStateAccept(1, 2)] if label == "small step" else [Loud()]
+            if label.startswith("big"):  # three times what the buffer held before it
+                rows = rows or 3 * _wire_channel.channel_capacity(None)
+                step = [SaveBatch(range(rows), [0] * rows, range(rows), range(rows))]
+            calls.update(broadcast=0, all_reduce=0)
+            mine = step if rank == 0 else None
+            got = outcome_of(partial(tp.broadcast_effects, mine, src=0))  # type: ignore[arg-type]
+            results[label] = f"{got} {calls['broadcast']} broadcasts {calls['all_reduce']} reduces"
+    finally:
+        dist.broadcast, dist.all_reduce = real_broadcast, real_all_reduce
+    results["capacity"] = str(_wire_channel.channel_capacity(None))
     return results
 
 
@@ -399,6 +466,99 @@ def launch(world: int, out: Path) -> list[str]:
     return [(out / f"rank{r}.json").read_text(encoding="utf-8") for r in range(world)]
 
 
+# -- one rank, a real process group in this process: the buffer's paths, fast ---------------------
+
+
+@pytest.fixture
+def one_rank() -> Iterator[None]:
+    dist.init_process_group("gloo", store=HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def batch_of(rows: int) -> SaveBatch:
+    return SaveBatch(range(rows), [r % 4 for r in range(rows)], range(rows), range(rows))
+
+
+@pytest.mark.usefixtures("one_rank")
+@pytest.mark.parametrize("rows", [0, 1, 253, 254, 255, 1000, 5000])
+def test_a_step_of_any_size_arrives_and_the_buffer_grows_to_hold_it(rows: int) -> None:
+    step: list[Effect] = [SsmStateAccept(0, 1), batch_of(rows), SsmStateAccept(1, 0)]
+    assert tp.broadcast_effects(step, src=0) == tuple(step)
+    capacity = _wire_channel.channel_capacity(None)
+    needed = _wire_channel.HEADER + len(_wire.encode(step))
+    # The first buffer holds 1,024 words; a step past it doubles it at least, to a power of two.
+    assert capacity == (1024 if needed <= 1024 else max(2048, 1 << (needed - 1).bit_length()))
+    assert tp.broadcast_effects(step, src=0) == tuple(step)
+    assert _wire_channel.channel_capacity(None) == capacity  # no growth when it fits
+
+
+@pytest.mark.usefixtures("one_rank")
+@pytest.mark.parametrize(
+    "header",
+    [
+        (7, 3),
+        (-1, 3),
+        (_wire_channel.OK, -1),
+        (_wire_channel.OK, 1023),
+        (_wire_channel.REFUSED, 10**9),
+        (_wire_channel.OK | _wire_channel.FOLLOWS, _wire_channel.MAX_WORDS + 1),
+        (_wire_channel.OK | _wire_channel.FOLLOWS, -3),
+    ],
+)
+def test_a_corrupted_header_is_a_wire_error_and_the_group_goes_on(
+    header: tuple[int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    step = [SsmStateAccept(2, 3)]
+    monkeypatch.setattr(_wire_channel, "header_words", lambda status, n: header)
+    with pytest.raises(tp.WireError, match="header must hold a status in"):
+        tp.broadcast_effects(step, src=0)
+    monkeypatch.undo()
+    assert tp.broadcast_effects(step, src=0) == (SsmStateAccept(2, 3),)
+
+
+@pytest.mark.usefixtures("one_rank")
+def test_a_header_that_says_more_follows_grows_every_rank_alike(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    step = [SsmStateAccept(2, 3)]
+    length = len(_wire.encode(step))
+    follows = (_wire_channel.OK | _wire_channel.FOLLOWS, length)
+    monkeypatch.setattr(_wire_channel, "header_words", lambda status, n: follows)
+    assert tp.broadcast_effects(step, src=0) == (SsmStateAccept(2, 3),)
+    assert _wire_channel.channel_capacity(None) == 2048
+
+
+@pytest.mark.usefixtures("one_rank")
+def test_a_refusal_longer_than_the_buffer_still_arrives_whole() -> None:
+    with pytest.raises(InvalidArgumentError, match=r"rank 0 refused .*effects\[1\]") as caught:
+        tp.broadcast_effects([SsmStateAccept(0, 0), Loud()], src=0)  # type: ignore[list-item]
+    assert str(caught.value).count("loud") == 3000
+    assert _wire_channel.channel_capacity(None) >= 3000 * 4
+
+
+@pytest.mark.usefixtures("one_rank")
+def test_a_step_past_the_word_limit_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_wire_channel, "MAX_WORDS", 100)
+    with pytest.raises(InvalidArgumentError, match="must encode to at most 100 words, got 1005"):
+        tp.broadcast_effects([batch_of(250)], src=0)
+    assert _wire_channel.channel_capacity(None) == 1024  # refused: nothing grew
+
+
+def test_a_new_process_group_shakes_hands_again() -> None:
+    for _ in range(2):
+        dist.init_process_group("gloo", store=HashStore(), rank=0, world_size=1)
+        try:
+            assert _wire_channel.channel_capacity(None) == 0
+            assert tp.broadcast_effects([batch_of(2000)], src=0) == (batch_of(2000),)
+            assert _wire_channel.channel_capacity(None) == 8192
+        finally:
+            dist.destroy_process_group()
+    assert _wire_channel.channel_capacity(None) == 0
+
+
 _LAUNCHED: dict[int, list[str]] = {}
 
 
@@ -430,6 +590,16 @@ def test_bad_input_raises_on_every_rank(ranks: list[str]) -> None:
     assert seen["unknown kind"].startswith("WireError: record 0 at word 2 must have")
     assert seen["size mismatch"].startswith("WireError: record 1 (save batch)")
     assert seen["mixed versions"].startswith("WireError: every rank must speak")
+    assert seen["fresh group"] == "ok"  # a failed handshake is not kept: the next one passes
+    for label in ("bad status", "negative length", "length past the buffer", "huge length follows"):
+        assert seen[label].startswith("WireError: the step's header must hold"), seen[label]
+    assert seen["after corruption"] == "ok"
+    assert seen["small step"] == "ok 1 broadcasts 0 reduces"
+    assert seen["big step"] == "ok 2 broadcasts 0 reduces"
+    assert seen["big step again"] == "ok 1 broadcasts 0 reduces"
+    assert seen["loud refusal"].startswith("InvalidArgumentError: rank 0 refused")
+    assert seen["loud refusal"].endswith(" 2 broadcasts 0 reduces")
+    assert int(seen["capacity"]) >= 4 * 1024
     assert seen["bad src"] != "ok"
     assert seen["shapes"].startswith("AgreementError: every rank's pool must")
 

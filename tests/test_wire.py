@@ -15,6 +15,7 @@ from ssm_rollback import (
     SsmSnapshotSave,
     SsmStateAccept,
     _wire,
+    _wire_values,
 )
 
 ints = st.integers(0, 2**62)
@@ -146,3 +147,25 @@ def test_encode_refuses_what_is_not_effects(bad: object) -> None:
 def test_encode_refuses_a_value_int64_cannot_carry() -> None:
     with pytest.raises(InvalidArgumentError, match="fit int64"):
         _wire.encode([SsmStateAccept(2**63, 0)])
+
+
+def test_decoded_accepts_are_interned_and_the_table_stays_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    step: list[Effect] = [SsmStateAccept(s, s % 4) for s in range(40)]
+    first, again = _wire.decode(_wire.encode(step)), _wire.decode(_wire.encode(step))
+    assert first == again == tuple(step)
+    assert all(a is b for a, b in zip(first, again, strict=True))  # one value per (seq, index)
+    monkeypatch.setattr(_wire_values, "ACCEPT_LIMIT", 50)
+    other: list[Effect] = [SsmStateAccept(s, 1) for s in range(100, 130)]
+    assert _wire.decode(_wire.encode(other)) == tuple(other)  # past the bound: the table restarts
+    assert len(_wire_values._ACCEPTS) == 30
+    assert _wire.decode(_wire.encode(step)) == tuple(step)
+
+
+def test_a_decoded_save_batch_keeps_its_columns_as_sent() -> None:
+    batch = SaveBatch([1, 2], [0, 1], [5, 6], [7, 8], sources=[-1, -1])
+    (decoded,) = _wire.decode(_wire.encode([batch]))
+    assert isinstance(decoded, SaveBatch)
+    assert decoded.sources == (-1, -1)
+    assert all(type(c) is tuple for c in (decoded.seqs, decoded.slots, decoded.tickets))

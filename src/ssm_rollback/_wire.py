@@ -1,7 +1,7 @@
-"""A step's effects as a flat list of int64 words: the wire format of ``ssm_rollback.distributed``.
+"""A step's effects as int64 words: the wire format of ``ssm_rollback.distributed``.
 
 Pure Python, no torch: ``encode`` turns effects into words, ``decode`` turns
-words back into effects, and the tensor plumbing lives in ``distributed``.
+words back into effects, and the tensor plumbing lives in ``_wire_channel``.
 Rules of the format (version 1):
 
 1. The payload starts with ``MAGIC`` (which carries ``VERSION``) and the
@@ -27,10 +27,13 @@ Every rank decodes the same words, so every rank raises the same error.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Final, cast
+from collections.abc import Callable, Iterable, Sequence
+from itertools import groupby
+from operator import attrgetter
+from typing import Final
 
-from ._effect_values import SsmSnapshotRestore, SsmSnapshotSave, SsmStateAccept, trusted_save
+from . import _wire_values as values
+from ._effect_values import SsmSnapshotRestore, SsmSnapshotSave, SsmStateAccept
 from ._effects import Effect
 from ._errors import InvalidArgumentTypeError, SsmRollbackError
 from ._save_batch import LIVE, SaveBatch
@@ -62,27 +65,24 @@ HAS_SOURCES: Final = 1
 
 _NAMES: Final = {SAVES: "saves", RESTORES: "restores", ACCEPTS: "accepts", SAVE_BATCH: "save batch"}
 _WIDTH: Final = {SAVES: 5, RESTORES: 4, ACCEPTS: 2}
+_CODES: Final[dict[type, int]] = {
+    SsmSnapshotSave: SAVES,
+    SsmSnapshotRestore: RESTORES,
+    SsmStateAccept: ACCEPTS,
+    SaveBatch: SAVE_BATCH,
+}
+# Each single kind's columns, read at C speed over a whole run.
+_GETTERS: Final[dict[int, tuple[Callable[[object], int], ...]]] = {
+    SAVES: tuple(map(attrgetter, ("seq", "slot", "token_position", "ticket"))),
+    RESTORES: tuple(map(attrgetter, ("seq", "slot", "token_position", "ticket"))),
+    ACCEPTS: (attrgetter("seq"), attrgetter("index")),
+}
+_SOURCE: Final = attrgetter("source")
 _MAX_WORD: Final = (1 << 63) - 1
-
-_new = object.__new__
-_set = object.__setattr__
 
 
 class WireError(SsmRollbackError, ValueError):
     """A payload that is not a step's effects in this format (rule 4); nothing was decoded."""
-
-
-def _kind_of(effect: object) -> int:
-    kind = type(effect)
-    if kind is SsmSnapshotSave:
-        return SAVES
-    if kind is SsmSnapshotRestore:
-        return RESTORES
-    if kind is SsmStateAccept:
-        return ACCEPTS
-    if kind is SaveBatch:
-        return SAVE_BATCH
-    return 0
 
 
 def encode(effects: Iterable[Effect]) -> list[int]:
@@ -92,21 +92,20 @@ def encode(effects: Iterable[Effect]) -> list[int]:
             f"'effects' must be an iterable of effects, got {type(effects).__name__}"
         )
     words = [MAGIC, 0]
-    records = 0
-    run: list[Effect] = []
-    run_kind = 0
-    for i, effect in enumerate(effects):
-        kind = _kind_of(effect)
-        if not kind:
+    records = at = 0
+    # groupby cuts the step into runs of one type at C speed: rule 2's records.
+    for kind, group in groupby(effects, type):
+        run = list(group)
+        code = _CODES.get(kind, 0)
+        if not code:
             raise InvalidArgumentTypeError(
-                f"'effects[{i}]' must be an SsmSnapshotSave, SsmSnapshotRestore, SsmStateAccept "
-                f"or SaveBatch, got {effect!r} of type {type(effect).__name__}"
+                f"'effects[{at}]' must be an SsmSnapshotSave, SsmSnapshotRestore, SsmStateAccept "
+                f"or SaveBatch, got {run[0]!r} of type {kind.__name__}"
             )
-        if kind != run_kind or kind == SAVE_BATCH:
-            records += _flush(words, run_kind, run)
-            run, run_kind = [], kind
-        run.append(effect)
-    records += _flush(words, run_kind, run)
+        for record in run if code == SAVE_BATCH else (run,):
+            _put(words, code, record)
+            records += 1
+        at += len(run)
     words[1] = records
     if max(words) > _MAX_WORD:  # a value int64 cannot carry: refuse before anything is sent
         at = next(k for k, word in enumerate(words) if word > _MAX_WORD)
@@ -116,40 +115,28 @@ def encode(effects: Iterable[Effect]) -> list[int]:
     return words
 
 
-def _flush(words: list[int], kind: int, run: list[Effect]) -> int:
-    """Append ``run`` (effects of one ``kind``) as one record; return the records written."""
-    if not run:
-        return 0
-    n = len(run)
-    if kind == SAVE_BATCH:
-        (batch,) = run
-        assert isinstance(batch, SaveBatch)
-        words += (SAVE_BATCH, n := len(batch), 0 if batch.sources is None else HAS_SOURCES)
-        words += batch.seqs
-        words += batch.slots
-        words += batch.positions
-        words += batch.tickets
-        if batch.sources is not None:
-            words += batch.sources
-        return 1
-    words += (kind, n)
-    if kind == ACCEPTS:
-        accepts = cast("list[SsmStateAccept]", run)
-        words += [a.seq for a in accepts]
-        words += [a.index for a in accepts]
-        return 1
-    snapshots = cast("list[SsmSnapshotSave]", run)  # restores share these four fields
-    words += [e.seq for e in snapshots]
-    words += [e.slot for e in snapshots]
-    words += [e.token_position for e in snapshots]
-    words += [e.ticket for e in snapshots]
-    if kind == SAVES:
-        words += [LIVE if e.source is None else e.source for e in snapshots]
-    return 1
+def _put(words: list[int], code: int, record: object) -> None:
+    """Append one record: a ``SaveBatch`` (rule 3), or a run of single effects (rule 2)."""
+    if isinstance(record, SaveBatch):
+        words += (SAVE_BATCH, len(record), 0 if record.sources is None else HAS_SOURCES)
+        words += record.seqs
+        words += record.slots
+        words += record.positions
+        words += record.tickets
+        if record.sources is not None:
+            words += record.sources
+        return
+    assert isinstance(record, list)
+    words += (code, len(record))
+    for get in _GETTERS[code]:
+        words += map(get, record)
+    if code == SAVES:
+        words += [LIVE if s is None else s for s in map(_SOURCE, record)]
 
 
 def decode(words: Sequence[int]) -> tuple[Effect, ...]:
     """The effects a payload holds (rules 1-5); anything else raises ``WireError``."""
+    words = tuple(words)  # slices of a tuple are the SaveBatch columns as they stand
     size = len(words)
     if size < 2 or words[0] != MAGIC:
         first = hex(words[0]) if size else "nothing"
@@ -172,8 +159,8 @@ def decode(words: Sequence[int]) -> tuple[Effect, ...]:
 
 
 def _columns(
-    words: Sequence[int], at: int, record: int, width: int, n: int, name: str
-) -> list[Sequence[int]]:
+    words: tuple[int, ...], at: int, record: int, width: int, n: int, name: str
+) -> list[tuple[int, ...]]:
     """``width`` columns of ``n`` words from word ``at``, checked ``>= 0`` (sources ``>= -1``)."""
     if n < 0 or n * width > len(words) - at:
         raise WireError(
@@ -192,7 +179,7 @@ def _columns(
     return columns
 
 
-def _record(words: Sequence[int], at: int, record: int, effects: list[Effect]) -> int:
+def _record(words: tuple[int, ...], at: int, record: int, effects: list[Effect]) -> int:
     """Decode the record at word ``at`` into ``effects``; return the word after it."""
     if at + 2 > len(words):
         raise WireError(
@@ -216,48 +203,13 @@ def _record(words: Sequence[int], at: int, record: int, effects: list[Effect]) -
             )
         at += 1
         width = 5 if flags else 4
-        columns = _columns(words, at, record, width, n, name)
-        effects.append(_batch(columns))
+        effects.append(values.save_batch(*_columns(words, at, record, width, n, name)))
         return at + width * n
     columns = _columns(words, at, record, _WIDTH[kind], n, name)
     if kind == ACCEPTS:
-        effects += map(_accept, *columns)
+        effects += values.accepts(*columns)
     elif kind == RESTORES:
-        effects += map(_restore, *columns)
+        effects += map(values.restore, *columns)
     else:
-        effects += map(_save, *columns)
+        effects += map(values.save, *columns)
     return at + _WIDTH[kind] * n
-
-
-# Rule 5 checked every column at C speed: build the values without their validators.
-
-
-def _batch(columns: list[Sequence[int]]) -> SaveBatch:
-    batch = _new(SaveBatch)
-    sources = tuple(columns[4]) if len(columns) == 5 else None
-    _set(batch, "seqs", tuple(columns[0]))
-    _set(batch, "slots", tuple(columns[1]))
-    _set(batch, "positions", tuple(columns[2]))
-    _set(batch, "tickets", tuple(columns[3]))
-    _set(batch, "sources", sources)
-    return batch
-
-
-def _save(seq: int, slot: int, position: int, ticket: int, source: int) -> SsmSnapshotSave:
-    return trusted_save(seq, slot, position, ticket, None if source == LIVE else source)
-
-
-def _restore(seq: int, slot: int, position: int, ticket: int) -> SsmSnapshotRestore:
-    restore = _new(SsmSnapshotRestore)
-    _set(restore, "seq", seq)
-    _set(restore, "slot", slot)
-    _set(restore, "token_position", position)
-    _set(restore, "ticket", ticket)
-    return restore
-
-
-def _accept(seq: int, index: int) -> SsmStateAccept:
-    accept = _new(SsmStateAccept)
-    _set(accept, "seq", seq)
-    _set(accept, "index", index)
-    return accept

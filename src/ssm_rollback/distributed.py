@@ -4,11 +4,12 @@ The scheduler decides on one rank; every tensor-parallel rank holds its own
 shard of the SSM state in its own pool. Per step:
 
 1. ``broadcast_effects(effects, src=scheduler)`` on every rank: the
-   scheduler's effects travel as one int64 tensor (after a small header), no
-   pickling, and every rank - the scheduler included - gets the same decoded
-   tuple back. Bad input raises ``SsmRollbackError`` on every rank: each
-   rank runs the same two collectives in the same order and decodes the
-   same words, so an error cannot leave a peer waiting.
+   scheduler's effects travel as int64 words in one ``broadcast`` of a
+   buffer each group keeps (``_wire_channel``), no pickling, and every rank -
+   the scheduler included - gets the same decoded tuple back. Bad input
+   raises ``SsmRollbackError`` on every rank: each rank runs the same
+   collectives in the same order and decodes the same words, so an error
+   cannot leave a peer waiting.
 2. The scheduler applies them with ``apply_effects(pool, effects, rings)``;
    a worker, which has no rings, with ``apply_on_worker(pool, effects)``.
 3. ``check_agreement(pool)`` on every rank: one small ``all_gather`` of a
@@ -27,7 +28,6 @@ collective, the same checks.
 
 from __future__ import annotations
 
-import array
 import json
 import os
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
@@ -38,9 +38,9 @@ import attrs
 import torch
 import torch.distributed as dist
 
-from . import _wire
+from . import _wire, _wire_channel
 from ._effects import Effect
-from ._errors import InvalidArgumentError, InvariantError, SsmRollbackError, check_non_negative_int
+from ._errors import InvalidArgumentError, InvariantError, check_non_negative_int
 from ._ring import SsmDecodeRing, SsmRingEntry
 from .backends.torch import TorchSnapshotPool
 from .pool import Rings, SaveOutcome, SnapshotPool, apply_effects
@@ -60,10 +60,6 @@ __all__ = [
 ]
 
 WireError = _wire.WireError
-
-_OK: Final = 0
-_REFUSED: Final = 1
-_HEADER: Final = 2  # status, payload length; then one format word per rank
 
 
 # -- the process group -------------------------------------------------------------------------
@@ -86,16 +82,17 @@ def _device(group: dist.ProcessGroup | None) -> torch.device:
 def broadcast_effects(
     effects: Iterable[Effect] | None, *, src: int, group: dist.ProcessGroup | None = None
 ) -> tuple[Effect, ...]:
-    """The scheduler's step effects on every rank, as one int64 tensor; call it on every rank.
+    """The scheduler's step effects on every rank, as int64 words; call it on every rank.
 
     ``src`` is the scheduler's global rank (as in ``torch.distributed.broadcast``);
     only it passes ``effects`` (the others pass ``None``, or anything: it is
-    ignored). Two collectives: an ``all_reduce`` of a header (the payload's
-    length, the sender's verdict on its input, and every rank's wire format
-    version), then a ``broadcast`` of the payload. Every rank decodes the
-    payload, so all return equal tuples or all raise: ``InvalidArgumentError``
-    when the scheduler's input was bad (with its message), ``WireError`` when
-    the ranks speak different format versions or the payload does not decode.
+    ignored). One ``broadcast`` per step, of a buffer the group keeps from
+    step to step; the group's first step first checks every rank's wire
+    format version (one ``all_reduce``), and a step too big for the buffer
+    grows it with a second ``broadcast``. Every rank decodes the same words,
+    so all return equal tuples or all raise: ``InvalidArgumentError`` when
+    the scheduler's input was bad (with its message), ``WireError`` when the
+    ranks speak different format versions or the words do not decode.
     """
     src = check_non_negative_int("src", src)
     if not _active(group):
@@ -108,39 +105,7 @@ def broadcast_effects(
         raise InvalidArgumentError(
             f"'src' must be a rank < the world size {dist.get_world_size()}, got {src}"
         )
-    me = dist.get_rank()
-    size = dist.get_world_size(group)
-    device = _device(group)
-    status, payload = _OK, []
-    if me == src:
-        try:
-            payload = _wire.encode(() if effects is None else effects)
-        except SsmRollbackError as error:
-            status, payload = _REFUSED, list(str(error).encode("utf-8"))
-    header = torch.zeros(_HEADER + size, dtype=torch.int64)
-    if me == src:
-        header[0], header[1] = status, len(payload)
-    header[_HEADER + dist.get_rank(group)] = _wire.MAGIC
-    header = header.to(device)
-    dist.all_reduce(header, group=group)
-    status, length, *formats = header.tolist()
-    if me == src and payload:
-        # array -> tensor shares one buffer: several times faster than torch.tensor(list)
-        words = torch.frombuffer(array.array("q", payload), dtype=torch.int64).to(device)
-    else:
-        words = torch.empty(length, dtype=torch.int64, device=device)
-    dist.broadcast(words, src=src, group=group)
-    received: list[int] = words.tolist()
-    if status == _REFUSED:
-        message = bytes(received).decode("utf-8", "replace")
-        raise InvalidArgumentError(f"rank {src} refused the step's effects: {message}")
-    if status != _OK or any(f != _wire.MAGIC for f in formats):
-        raise WireError(
-            f"every rank must speak wire format {_wire.MAGIC:#x} and the header status must be "
-            f"{_OK}, got status {status} and formats by rank "
-            f"{[hex(f) for f in formats]}: a corrupted header or mixed library versions"
-        )
-    return _wire.decode(received)
+    return _wire_channel.step(effects, src=src, group=group)
 
 
 @final

@@ -1,0 +1,180 @@
+"""The torch side of ``broadcast_effects``: a buffer per process group, one broadcast per step.
+
+Rules (every rank runs the same collectives in the same order, whatever
+the input, so an error can never leave a peer waiting):
+
+1. The first step on a process group is a handshake: one ``all_reduce`` of
+   every rank's format word. Mixed formats raise ``WireError`` on every
+   rank and nothing is kept, so the next step shakes hands again.
+2. After it, a step is one ``broadcast`` of the group's buffer of
+   ``capacity`` words: a header (``status``, ``length``), then ``length``
+   payload words - the effects (``_wire``), or the sender's refusal message.
+3. A payload that does not fit sets ``FOLLOWS`` in the header; then every
+   rank makes a second ``broadcast`` of a buffer grown to hold it, and keeps
+   that buffer. Every rank reads the same header, so every rank makes the
+   same second call (or none).
+4. Every rank, the sender included, decodes the words in its own buffer
+   after the broadcast: all return equal effects or all raise.
+"""
+
+from __future__ import annotations
+
+import struct
+from array import array
+from collections.abc import Iterable
+from typing import Final, final
+
+import attrs
+import torch
+import torch.distributed as dist
+
+from . import _wire
+from ._effects import Effect
+from ._errors import InvalidArgumentError, SsmRollbackError
+
+__all__ = ["FOLLOWS", "HEADER", "MAX_WORDS", "OK", "REFUSED", "channel_capacity", "step"]
+
+OK: Final = 0
+REFUSED: Final = 1
+#: Header flag (rule 3): the payload comes in a second broadcast, of a grown buffer.
+FOLLOWS: Final = 2
+HEADER: Final = 2  # status, length
+#: The first buffer's capacity, in words; it doubles (at least) whenever a step does not fit.
+FIRST_CAPACITY: Final = 1024
+#: The longest payload a step may have (128 MiB): longer is refused, a longer header corrupt.
+MAX_WORDS: Final = 1 << 24
+
+
+def header_words(status: int, length: int) -> tuple[int, int]:
+    """The header the sender writes (a seam the tests corrupt)."""
+    return status, length
+
+
+@final
+@attrs.define(eq=False)
+class _Channel:
+    """A process group's persistent buffer; every rank holds one of the same capacity."""
+
+    _group: dist.ProcessGroup
+    _device: torch.device
+    _rank: int
+    _host: array[int] = attrs.field(factory=lambda: array("q"))
+    _view: memoryview = attrs.field(factory=lambda: memoryview(b""))
+    _wire: torch.Tensor = attrs.field(factory=lambda: torch.empty(0, dtype=torch.int64))
+
+    _tensor: torch.Tensor = attrs.field(factory=lambda: torch.empty(0, dtype=torch.int64))
+
+    @property
+    def capacity(self) -> int:
+        return len(self._host)
+
+    def grow(self, capacity: int) -> None:
+        """A new, zeroed buffer of ``capacity`` words (every rank grows alike, rule 3)."""
+        self._host = array("q", bytes(8 * capacity))
+        # The view pins the array: it cannot be resized under the tensor that shares its memory.
+        self._view = memoryview(self._host)
+        self._tensor = torch.frombuffer(self._host, dtype=torch.int64)
+        on_cpu = self._device.type == "cpu"
+        self._wire = self._tensor if on_cpu else self._tensor.to(self._device)
+
+    def step(self, effects: Iterable[Effect] | None, src: int) -> tuple[Effect, ...]:
+        """Rules 2-4 on this rank; ``effects`` matter only on ``src``."""
+        payload: list[int] = []
+        if self._rank == src:
+            status, payload = _encode(effects)
+            fits = HEADER + len(payload) <= self.capacity
+            self._write(0, header_words(status if fits else status | FOLLOWS, len(payload)))
+            if fits:
+                self._write(HEADER, payload)
+        self._send(src)
+        status, length = self._view[:HEADER].tolist()
+        if status in (OK | FOLLOWS, REFUSED | FOLLOWS) and 0 <= length <= MAX_WORDS:
+            self.grow(max(2 * self.capacity, 1 << (HEADER + length - 1).bit_length()))
+            if self._rank == src:
+                self._write(HEADER, payload[:length])
+            self._send(src)
+            status &= ~FOLLOWS
+        if status not in (OK, REFUSED) or not 0 <= length <= self.capacity - HEADER:
+            raise _wire.WireError(
+                f"the step's header must hold a status in {{{OK}, {REFUSED}}} (flag {FOLLOWS}: "
+                f"a length up to {MAX_WORDS} follows; else up to {self.capacity - HEADER}), got "
+                f"status {status} and length {length}: a corrupted header"
+            )
+        words = self._view[HEADER : HEADER + length].tolist()
+        if status == REFUSED:
+            message = bytes(w & 0xFF for w in words).decode("utf-8", "replace")
+            raise InvalidArgumentError(f"rank {src} refused the step's effects: {message}")
+        return _wire.decode(words)
+
+    def _send(self, src: int) -> None:
+        """Broadcast the buffer from ``src``; then every rank's host buffer holds its words."""
+        on_cpu = self._device.type == "cpu"
+        if not on_cpu and self._rank == src:
+            self._wire.copy_(self._tensor)
+        dist.broadcast(self._wire, src=src, group=self._group)
+        if not on_cpu:
+            self._tensor.copy_(self._wire)
+
+    def _write(self, at: int, words: Iterable[int]) -> None:
+        words = list(words)
+        # struct packs a list of ints several times faster than array() or torch.tensor()
+        struct.pack_into(f"{len(words)}q", self._host, 8 * at, *words)
+
+
+def _encode(effects: Iterable[Effect] | None) -> tuple[int, list[int]]:
+    """The sender's status and payload: the effects' words, or its refusal message."""
+    try:
+        words = _wire.encode(() if effects is None else effects)
+    except SsmRollbackError as error:
+        return REFUSED, list(str(error).encode("utf-8"))
+    if len(words) > MAX_WORDS:
+        message = f"'effects' must encode to at most {MAX_WORDS} words, got {len(words)}"
+        return REFUSED, list(message.encode("utf-8"))
+    return OK, words
+
+
+# Keyed by the group's id, holding the group itself: a destroyed and re-created
+# group is a new object, so it shakes hands anew (the id cannot be reused while held).
+_CHANNELS: Final[dict[int, _Channel]] = {}
+
+
+def _channel(group: dist.ProcessGroup | None) -> _Channel:
+    """The group's channel, after the handshake (rule 1) on its first step."""
+    resolved = dist.group.WORLD if group is None else group
+    assert resolved is not None  # the caller checked that a process group is initialised
+    found = _CHANNELS.get(id(resolved))
+    if found is not None and found._group is resolved:
+        return found
+    device = (
+        torch.device("cuda", torch.cuda.current_device())
+        if dist.get_backend(resolved) == "nccl"
+        else torch.device("cpu")
+    )
+    formats = torch.zeros(dist.get_world_size(resolved), dtype=torch.int64)
+    formats[dist.get_rank(resolved)] = _wire.MAGIC
+    formats = formats.to(device)
+    dist.all_reduce(formats, group=resolved)
+    seen: list[int] = formats.tolist()
+    if any(f != _wire.MAGIC for f in seen):
+        raise _wire.WireError(
+            f"every rank must speak wire format {_wire.MAGIC:#x}, got formats by rank "
+            f"{[hex(f) for f in seen]}: mixed library versions"
+        )
+    channel = _Channel(resolved, device, dist.get_rank())
+    channel.grow(FIRST_CAPACITY)
+    _CHANNELS[id(resolved)] = channel
+    return channel
+
+
+def step(
+    effects: Iterable[Effect] | None, *, src: int, group: dist.ProcessGroup | None
+) -> tuple[Effect, ...]:
+    """One step of ``broadcast_effects`` over an initialised process group (rules 1-4)."""
+    return _channel(group).step(effects, src)
+
+
+def channel_capacity(group: dist.ProcessGroup | None) -> int:
+    """The words a step's broadcast carries on ``group`` now (0 before its first step)."""
+    resolved = dist.group.WORLD if group is None else group
+    found = _CHANNELS.get(id(resolved))
+    return found.capacity if found is not None and found._group is resolved else 0
