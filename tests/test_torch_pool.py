@@ -21,6 +21,7 @@ from ssm_rollback import (
     StaleSnapshotError,
     apply_effects,
 )
+from ssm_rollback.backends._torch_copy import Copier, RowSet
 from ssm_rollback.backends.torch import TorchSnapshotPool
 from ssm_rollback.testing import PoolAdapter, SnapshotPoolConformance, SnapshotPoolMachine
 
@@ -34,13 +35,26 @@ class Case(NamedTuple):
     dtype: torch.dtype
     batch_dim: int
     contiguous: bool = True
+    #: Copy scattered rows with index ops even on the CPU: the path a GPU
+    #: takes, so it runs (bar the pinned transfer) where there is no GPU.
+    index_ops: bool = False
 
     @property
     def id(self) -> str:
         layout = "contiguous" if self.contiguous else "strided"
-        return (
-            f"{self.device}-{str(self.dtype).removeprefix('torch.')}-dim{self.batch_dim}-{layout}"
-        )
+        dtype = str(self.dtype).removeprefix("torch.")
+        ops = "-index-ops" if self.index_ops else ""
+        return f"{self.device}-{dtype}-dim{self.batch_dim}-{layout}{ops}"
+
+
+def make_pool(
+    case: Case, states: list[torch.Tensor], slots: int, **kwargs: object
+) -> TorchSnapshotPool:
+    """A pool over ``states``; with ``case.index_ops`` it copies as it would on a GPU."""
+    pool = TorchSnapshotPool(states, slots, batch_dim=case.batch_dim, **kwargs)  # type: ignore[arg-type]
+    if case.index_ops:
+        pool._copier = Copier(pool._live_rows.tensors, case.batch_dim, per_row=False)
+    return pool
 
 
 def make_states(
@@ -71,6 +85,8 @@ CASES = [
 ] + [
     Case("cpu", torch.float32, 0, contiguous=False),
     Case("cpu", torch.float64, 1),
+    Case("cpu", torch.bfloat16, 1, index_ops=True),
+    Case("cpu", torch.float32, 0, contiguous=False, index_ops=True),
     Case("cuda", torch.bfloat16, 0),
     Case("cuda", torch.float32, 1),
 ]
@@ -95,9 +111,7 @@ class TorchAdapter(PoolAdapter[TorchSnapshotPool]):
             )
             for s in states
         ]
-        return TorchSnapshotPool(
-            states, slots_per_sequence, batch_dim=dim, intermediate_states=staged
-        )
+        return make_pool(self.case, states, slots_per_sequence, intermediate_states=staged)
 
     def set_intermediate(self, pool: TorchSnapshotPool, seq: int, values: list[int]) -> bool:
         assert len(values) == STAGED
@@ -150,7 +164,7 @@ def test_restores_are_bitwise_exact_for_random_state(case: Case) -> None:
     skip_unavailable(case)
     generator = torch.Generator().manual_seed(0)
     states = make_states(case, 16, generator)
-    pool = TorchSnapshotPool(states, 3, batch_dim=case.batch_dim)
+    pool = make_pool(case, states, 3)
     rows = [5, 0, 11, 3, 15, 8]  # shuffled and scattered
     saved = [s.select(case.batch_dim, 0).clone() for s in states]  # shape reference
     saved = [s.index_select(case.batch_dim, torch.tensor(rows, device=s.device)) for s in states]
@@ -194,13 +208,43 @@ def count_ops(call: Callable[[], object]) -> list[str]:
     return counter.ops
 
 
+COPY_OPS = ("aten.index_copy_.default", "aten.index_select.out", "aten._foreach_copy_.default")
+
+
 def copies(ops: list[str]) -> int:
-    return sum(op in ("aten.index_copy_.default", "aten.index_select.out") for op in ops)
+    return sum(op in COPY_OPS for op in ops)
 
 
 def test_the_op_count_of_a_save_or_restore_does_not_grow_with_the_batch() -> None:
     case = Case("cpu", torch.float32, 0)
-    pool = TorchSnapshotPool(make_states(case, 1_024), 2)
+    pool = make_pool(case, make_states(case, 1_024), 2)
+    tensors = len(pool.live_states)
+    everyone = list(range(1_024))
+    torch.manual_seed(0)
+    shuffled = [everyone[i] for i in torch.randperm(1_024).tolist()]
+    scattered = everyone[::3]
+    pool.save([SsmSnapshotSave(s, 0, 3, 3) for s in scattered])  # warm: the row views, once
+    pool.restore([SsmSnapshotRestore(s, 0, 3, 3) for s in scattered])
+    # Destination rows that form a range, in any order: one index_select per tensor.
+    one = count_ops(lambda: pool.save([SsmSnapshotSave(7, 0, 1, 1)]))
+    # Anything else: one single-pass _foreach_copy_ per tensor over the rows' views.
+    many = count_ops(lambda: pool.save([SsmSnapshotSave(s, 1, 2, 2) for s in shuffled]))
+    every_row = count_ops(lambda: pool.restore([SsmSnapshotRestore(s, 1, 2, 2) for s in shuffled]))
+    assert len(one) == len(every_row) <= 2 * tensors + 3
+    assert copies(one) == copies(every_row) == tensors
+    two = count_ops(lambda: pool.save([SsmSnapshotSave(s, 0, 4, 4) for s in (3, 9)]))
+    third = count_ops(lambda: pool.save([SsmSnapshotSave(s, 0, 5, 5) for s in scattered]))
+    restore_two = count_ops(lambda: pool.restore([SsmSnapshotRestore(s, 0, 5, 5) for s in (3, 9)]))
+    restore_third = count_ops(
+        lambda: pool.restore([SsmSnapshotRestore(s, 0, 5, 5) for s in scattered])
+    )
+    for ops in (many, two, third, restore_two, restore_third):
+        assert ops == ["aten._foreach_copy_.default"] * tensors  # nothing else, nothing allocated
+
+
+def test_off_the_cpu_the_op_count_does_not_grow_with_the_batch_either() -> None:
+    case = Case("cpu", torch.float32, 0, index_ops=True)  # the copies a GPU runs
+    pool = make_pool(case, make_states(case, 1_024), 2)
     tensors = len(pool.live_states)
     everyone = list(range(1_024))
     torch.manual_seed(0)
@@ -231,11 +275,16 @@ def test_the_op_count_of_a_save_or_restore_does_not_grow_with_the_batch() -> Non
     assert not [op for op in restore_third if "empty" in op]
 
 
-def test_stacked_layers_are_one_copy_per_tensor_not_per_layer() -> None:
-    case = Case("cpu", torch.float32, 1)
-    pool = TorchSnapshotPool(make_states(case, 64), 2, batch_dim=1)
+@pytest.mark.parametrize(
+    ("index_ops", "op"),
+    [(False, "aten._foreach_copy_.default"), (True, "aten.index_copy_.default")],
+)
+def test_stacked_layers_are_one_copy_per_tensor_not_per_layer(index_ops: bool, op: str) -> None:
+    case = Case("cpu", torch.float32, 1, index_ops=index_ops)
+    pool = make_pool(case, make_states(case, 64), 2)
     ops = count_ops(lambda: pool.save([SsmSnapshotSave(s, 0, 1, 1) for s in range(0, 64, 2)]))
-    assert ops.count("aten.index_copy_.default") == len(pool.live_states) == 2
+    assert ops.count(op) == len(pool.live_states) == 2
+    assert copies(ops) == (4 if index_ops else 2)  # off the CPU: a gather and a scatter each
 
 
 def test_nbytes_is_what_bytes_needed_planned() -> None:
@@ -249,11 +298,19 @@ def test_nbytes_is_what_bytes_needed_planned() -> None:
     assert repr(pool).startswith("TorchSnapshotPool(num_sequences=8, slots_per_sequence=4")
 
 
-def test_live_state_that_requires_grad_is_copied_without_autograd() -> None:
-    state = torch.zeros(4, 3, requires_grad=True)
-    pool = TorchSnapshotPool([state], 1)
-    pool.save([SsmSnapshotSave(1, 0, 1, 1)])
+@pytest.mark.parametrize("index_ops", [False, True])
+def test_live_state_that_requires_grad_is_copied_without_autograd(index_ops: bool) -> None:
+    state = torch.arange(12.0).reshape(4, 3).requires_grad_()
+    pool = make_pool(Case("cpu", torch.float32, 0, index_ops=index_ops), [state], 2)
+    pool.save([SsmSnapshotSave(1, 0, 1, 1)])  # a range of storage rows
+    pool.save([SsmSnapshotSave(s, 1, 2, 2) for s in (3, 0)])  # scattered: the row views
+    with torch.no_grad():
+        state.zero_()
     pool.restore([SsmSnapshotRestore(1, 0, 1, 1)])
+    pool.restore([SsmSnapshotRestore(s, 1, 2, 2) for s in (0, 3)])
+    assert state.tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0], [0.0] * 3, [9.0, 10.0, 11.0]]
+    assert state.grad_fn is None  # still a leaf: no copy was recorded
+    assert state.requires_grad
 
 
 def test_apply_effects_drives_the_torch_pool() -> None:
@@ -272,12 +329,14 @@ def test_apply_effects_drives_the_torch_pool() -> None:
     assert state[1].tolist() == [-1.0, -1.0, -1.0]
 
 
-def test_a_copy_that_raises_leaves_the_batch_holding_nothing() -> None:
-    good = torch.zeros(4, 3)
-    pool = TorchSnapshotPool([good, torch.zeros(4, 2)], 1)
+@pytest.mark.parametrize("index_ops", [False, True])
+def test_a_copy_that_raises_leaves_the_batch_holding_nothing(index_ops: bool) -> None:
+    case = Case("cpu", torch.float32, 0, index_ops=index_ops)
+    pool = make_pool(case, [torch.zeros(4, 3), torch.zeros(4, 2)], 1)
     pool.save([SsmSnapshotSave(0, 0, 1, 1)])
     # A storage too small for the second tensor: its copy raises after the first copied.
-    pool._storage_rows[1] = pool._live_rows[1][:1].clone()
+    storage = pool._storage_rows.tensors
+    pool._storage_rows = RowSet([storage[0], pool._live_rows.tensors[1][:1].clone()], 0)
     with pytest.raises(IndexError):
         pool.save([SsmSnapshotSave(0, 0, 2, 2), SsmSnapshotSave(3, 0, 2, 2)])
     assert pool.stored_position(0, 0) is None
@@ -330,7 +389,7 @@ def test_a_contiguous_range_of_rows_is_restored_in_place_exactly(case: Case) -> 
     skip_unavailable(case)
     generator = torch.Generator().manual_seed(1)
     states = make_states(case, 12, generator)
-    pool = TorchSnapshotPool(states, 2, batch_dim=case.batch_dim)
+    pool = make_pool(case, states, 2)
     pool.save([SsmSnapshotSave(seq, seq % 2, 3, 3) for seq in range(12)])
     snapshot = [s.clone() for s in states]
     for state in states:
@@ -346,11 +405,11 @@ def test_a_contiguous_range_of_rows_is_restored_in_place_exactly(case: Case) -> 
 
 def test_rows_are_copied_as_wide_integers_when_the_layout_allows() -> None:
     pool = TorchSnapshotPool([torch.zeros(4, 3, 8, dtype=torch.bfloat16)], 2)
-    live_rows, storage_rows = (pool._live_rows[0], pool._storage_rows[0])
+    live_rows, storage_rows = (pool._live_rows.tensors[0], pool._storage_rows.tensors[0])
     assert (live_rows.dtype, tuple(live_rows.shape)) == (torch.int64, (4, 6))
     assert tuple(storage_rows.shape) == (8, 6)
     odd = TorchSnapshotPool([torch.zeros(4, 3, dtype=torch.float16)], 2)  # 6-byte rows
-    assert odd._live_rows[0].dtype == torch.int16
+    assert odd._live_rows.tensors[0].dtype == torch.int16
 
 
 # -- memory the pool no longer owns ---------------------------------------------------
@@ -442,17 +501,19 @@ def test_storage_that_cannot_be_allocated_is_a_library_error() -> None:
         TorchSnapshotPool([torch.zeros(2, 1024)], 10**15)
 
 
-def test_a_verify_steps_op_count_does_not_grow_with_the_rows() -> None:
-    case = Case("cpu", torch.bfloat16, 1)
+@pytest.mark.parametrize("index_ops", [False, True])
+def test_a_verify_steps_op_count_does_not_grow_with_the_rows(index_ops: bool) -> None:
+    case = Case("cpu", torch.bfloat16, 1, index_ops=index_ops)
     states = make_states(case, 512)
     staged = [torch.zeros((s.shape[0], 512, 4, *s.shape[2:]), dtype=s.dtype) for s in states]
-    pool = TorchSnapshotPool(states, 2, batch_dim=1, intermediate_states=staged)
+    pool = make_pool(case, states, 2, intermediate_states=staged)
     tensors = len(states)
 
     def step(rows: list[int]) -> list[str]:
         saves = [SsmSnapshotSave(s, 0, 5, 5, source=s % 4) for s in rows]
         accepts = [SsmStateAccept(s, (s + 1) % 4) for s in rows]
-        pool.save(saves)  # warm: the scratch buffer grows once
+        pool.save(saves)  # warm: the row views (or the scratch buffer) made once
+        pool.accept(accepts)
 
         def verify() -> None:
             pool.save(saves)
@@ -462,4 +523,7 @@ def test_a_verify_steps_op_count_does_not_grow_with_the_rows() -> None:
 
     two, many = step([3, 9]), step(list(range(0, 512, 3)))
     assert len(two) == len(many)
-    assert copies(many) <= 4 * tensors  # a gather and a scatter per tensor, per kind of copy
+    if index_ops:
+        assert copies(many) <= 4 * tensors  # a gather and a scatter per tensor, per kind of copy
+    else:
+        assert many == ["aten._foreach_copy_.default"] * (2 * tensors)  # one per tensor and kind

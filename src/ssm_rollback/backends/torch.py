@@ -5,10 +5,10 @@ state tensor: for a live tensor whose ``batch_dim`` has ``num_sequences``
 rows, the storage tensor has ``num_sequences * slots_per_sequence`` rows on
 that dim (snapshot ``(seq, slot)`` is row ``seq * slots_per_sequence +
 slot``), same device, same dtype. A step's saves, and a step's restores, are
-one or two batched ops per state tensor (``_torch_copy`` says which): the
-work in torch calls depends on the number of state tensors, never on the
-number of sequences or layers stacked in a tensor, and once warm nothing is
-allocated per call.
+one batched op per state tensor (two off the CPU for scattered rows;
+``_torch_copy`` says which): the work in torch calls depends on the number
+of state tensors, never on the number of sequences or layers stacked in a
+tensor, and once warm nothing is allocated per call.
 
 No host-device synchronisation happens in ``save`` or ``restore``: every
 decision is made on the host from the effects' Python ints (the position
@@ -34,7 +34,7 @@ from ._torch_checks import (
     describe_memory,
     fingerprint,
 )
-from ._torch_copy import Copier, row_views
+from ._torch_copy import Copier, RowSet, row_views
 
 __all__ = ["SUPPORTED_DTYPES", "TorchSnapshotPool"]
 
@@ -97,10 +97,10 @@ class TorchSnapshotPool(PoolBase):
                 f"got {slots} slots needing {needed} bytes: {error}"
             ) from None
         views = [self._views(i, batch_dim) for i in range(len(self._live))]
-        self._live_rows = [v[0] for v in views]
-        self._storage_rows = [v[1] for v in views]
-        self._intermediate_rows = [v[2] for v in views if len(v) == 3]
-        self._copier = Copier(self._live_rows, batch_dim)
+        self._live_rows = RowSet([v[0] for v in views], batch_dim)
+        self._storage_rows = RowSet([v[1] for v in views], batch_dim)
+        self._intermediate_rows = RowSet([v[2] for v in views if len(v) == 3], batch_dim)
+        self._copier = Copier(self._live_rows.tensors, batch_dim)
 
     def _views(self, i: int, batch_dim: int) -> list[torch.Tensor]:
         tensors = [self._live[i], self._storage[i]]
