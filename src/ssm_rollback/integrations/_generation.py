@@ -7,7 +7,10 @@ an int ``m`` sends the row back to its last boundary at most ``m`` new tokens
 long that still has a snapshot (restore the snapshot, crop the attention KV),
 and the next token is resampled there with ``ban`` masked out. Rows are
 decoded as separate batch-1 caches, because one ``DynamicCache`` has one
-length and its rows cannot be cropped to different lengths.
+length and its rows cannot be cropped to different lengths. With
+``grammar=`` each row's logits are masked by its matcher, and a rollback
+moves the matcher back with the model or not at all (``_grammar_step``,
+``_grammar_rollback``).
 """
 
 from __future__ import annotations
@@ -18,99 +21,26 @@ from collections.abc import Callable, Iterable, Sequence
 import attrs
 import torch
 
-from .._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int
+from .._errors import InvalidArgumentTypeError, check_non_negative_int
 from .._ring import SsmDecodeRing
-from ..rollback import RollbackPlan, rollback_to_boundary, snapshot_boundary_if_ssm
+from ..rollback import RollbackDeclined, RollbackPlan, snapshot_boundary_if_ssm
+from ._decoding import (
+    GenerationReport,
+    GenerationResult,
+    _Counts,
+    pad_id,
+    pad_rows,
+    pick,
+    prompt_rows,
+)
+from ._grammar_rollback import _transact
+from ._grammar_step import GrammarArg, RowGrammar, row_grammars
 from ._stream import TokenPredicate, _Stream, as_predicate, eos_ids, text_vocab_size
 
 __all__ = ["GenerationReport", "GenerationResult", "backtracking_generate"]
 
 #: ``reject(tokens)``: ``None`` keeps the newest token; an int rolls the row back to at most it.
 RejectFn = Callable[[list[int]], int | None]
-
-
-@attrs.define
-class _Counts:
-    """The report's counters while a run is under way; ``freeze()`` makes the report."""
-
-    #: New tokens in the output (rollbacks' dropped tokens not counted).
-    tokens: int = 0
-    #: Forward passes of the target model, prefill included.
-    forward_passes: int = 0
-    drafts_proposed: int = 0
-    drafts_accepted: int = 0
-    rollbacks_served: int = 0
-    rollbacks_declined: int = 0
-    #: Tokens dropped by served rollbacks (and decoded again).
-    tokens_regenerated: int = 0
-    #: Boundary tokens in the output.
-    boundaries: int = 0
-    #: Boundary snapshots saved.
-    snapshots: int = 0
-    #: Time spent restoring snapshots and cropping KV for rollbacks.
-    rollback_seconds: float = 0.0
-    #: With ``check_rollbacks``: time a re-prefill of each kept prefix took instead.
-    recompute_seconds: float = 0.0
-    #: With ``check_rollbacks``: rollbacks whose next logits differ from a fresh decode.
-    mismatches: int = 0
-
-    def freeze(self) -> GenerationReport:
-        return GenerationReport(**attrs.asdict(self))
-
-
-@attrs.frozen
-class GenerationReport(_Counts):
-    """What a decoder did, summed over the rows: the counters above, frozen.
-
-    ``drafts_proposed``, ``drafts_accepted``, ``forward_passes``,
-    ``rollbacks_served`` and ``rollbacks_declined`` among them (SPEC 10).
-    """
-
-
-@attrs.frozen(eq=False)  # holds a tensor: compare by identity
-class GenerationResult:
-    """A decoder's output: ``sequences`` (prompt + new tokens, as ``generate``) and ``report``."""
-
-    sequences: torch.Tensor
-    report: GenerationReport
-
-
-def prompt_rows(input_ids: torch.Tensor | Sequence[int]) -> list[list[int]]:
-    """The prompt rows of ``input_ids`` (``[batch, length]`` or one row), checked."""
-    ids = torch.as_tensor(input_ids)
-    if ids.dim() == 1:
-        ids = ids[None]
-    if ids.dim() != 2 or ids.shape[1] == 0 or ids.dtype.is_floating_point:
-        raise InvalidArgumentError(
-            f"'input_ids' must be integer token ids shaped [batch, length] with length >= 1, "
-            f"got a {tuple(ids.shape)} {ids.dtype} tensor"
-        )
-    rows: list[list[int]] = ids.tolist()
-    return rows
-
-
-def pad_rows(rows: Sequence[Sequence[int]], pad: int, like: torch.Tensor) -> torch.Tensor:
-    """Rows of different lengths as one tensor, padded on the right as ``generate`` does."""
-    width = max(len(row) for row in rows)
-    padded = [[*row, *([pad] * (width - len(row)))] for row in rows]
-    return torch.tensor(padded, dtype=torch.long, device=like.device)
-
-
-def pad_id(model: torch.nn.Module, eos: frozenset[int], pad_token_id: int | None) -> int:
-    if pad_token_id is not None:
-        return pad_token_id
-    configured = getattr(getattr(model, "generation_config", None), "pad_token_id", None)
-    if isinstance(configured, int):
-        return configured
-    return min(eos) if eos else 0
-
-
-def pick(scores: torch.Tensor, generator: torch.Generator | None) -> int:
-    """The next token: the argmax, or a sample when a ``generator`` is given."""
-    if generator is None:
-        return int(scores.argmax())
-    probs = torch.softmax(scores.float(), -1)
-    return int(torch.multinomial(probs, 1, generator=generator))
 
 
 @attrs.define
@@ -123,6 +53,7 @@ class _Row:
     output: list[int] = attrs.field(factory=list)
     boundaries: list[int] = attrs.field(factory=list)
     logits_after: list[torch.Tensor] = attrs.field(factory=list)
+    grammar: RowGrammar | None = None
 
 
 def _ban_mask(ban: Iterable[int] | torch.Tensor | None, vocab: int) -> torch.Tensor | None:
@@ -149,6 +80,7 @@ def backtracking_generate(
     pad_token_id: int | None = None,
     check_rollbacks: bool = False,
     progress: Callable[[int, int], None] | None = None,
+    grammar: GrammarArg = None,
 ) -> GenerationResult:
     """Decode with rollback to a boundary whenever ``reject`` says no; every row on its own.
 
@@ -158,12 +90,22 @@ def backtracking_generate(
     boundary ``<= m`` new tokens that has a snapshot in its ``capacity``-slot
     ring (declined, the row stays). Either way the candidate is dropped and
     the next token is picked again with ``ban`` masked (a collection of ids or
-    a bool mask; default: the rejected token) and is not offered to ``reject``.
+    a bool mask; default: the rejected token; ignored if it would leave no
+    token) and is not offered to ``reject``.
     Greedy unless a ``generator`` is given (then sampled). A row ends after
     ``max_new_tokens`` or an EOS (``eos_token_id``, default the model's);
     shorter rows are padded. ``check_rollbacks`` re-decodes each kept prefix
     from the prompt after a served rollback and counts logits that are not
     bitwise equal in ``report.mismatches``.
+
+    ``grammar``: a ``GrammarMatcher`` (batch 1) or one per row, fresh. Every
+    pick is masked by the row's matcher; each kept token is accepted into it
+    before ``is_boundary(token)`` is called, so a boundary predicate that
+    closes over the matcher sees the grammar state after the token;
+    ``reject`` sees the candidate before the matcher does. A rollback moves
+    the matcher back by the same tokens as the model, or is declined
+    (``report.grammar_declined``) when the matcher cannot go back that far,
+    and neither moves. A row also ends when its matcher terminates.
     """
     max_new_tokens = check_non_negative_int("max_new_tokens", max_new_tokens)
     capacity = check_non_negative_int("capacity", capacity)
@@ -174,12 +116,14 @@ def backtracking_generate(
     banned = _ban_mask(ban, vocab)
     eos = eos_ids(model, eos_token_id)
     prompts = prompt_rows(input_ids)
+    grammars = row_grammars(grammar, len(prompts))
     counts = _Counts()
     total = len(prompts) * max_new_tokens
     done_before = 0
     outputs = []
-    for prompt in prompts:
+    for prompt, row_grammar in zip(prompts, grammars, strict=True):
         row = _Row(_Stream(model, vocab, capacity), SsmDecodeRing(capacity), prompt)
+        row.grammar = row_grammar
         row.logits_after.append(row.stream.feed(prompt)[-1])
 
         def report_progress(done: int, base: int = done_before) -> None:
@@ -219,22 +163,25 @@ def _decode_row(
     check: bool,
     progress: Callable[[int], None],
 ) -> None:
-    stream, output = row.stream, row.output
+    stream, output, grammar = row.stream, row.output, row.grammar
     while len(output) < max_new_tokens and not (output and output[-1] in eos):
-        token = pick(row.logits_after[-1], generator)
+        if grammar is not None and grammar.is_done():
+            break
+        token = pick(_scores(row), generator)
         rolled_back = False
         limit = reject([*output, token])
         if limit is not None:
             rolled_back = _roll_back(row, limit, counts)
+            scores = _scores(row)
             mask = banned
             if mask is None:
-                mask = torch.zeros(row.logits_after[-1].shape[-1], dtype=torch.bool)
+                mask = torch.zeros(scores.shape[-1], dtype=torch.bool)
                 mask[token] = True
-            scores = row.logits_after[-1].masked_fill(
-                mask.to(row.logits_after[-1].device), float("-inf")
-            )
-            token = pick(scores, generator)
+            kept = scores.masked_fill(mask.to(scores.device), float("-inf"))
+            token = pick(kept if bool(torch.isfinite(kept).any()) else scores, generator)
         output.append(token)
+        if grammar is not None:
+            grammar.accept(token)
         is_b = boundary(token)
         if is_b:
             row.boundaries.append(len(output))
@@ -250,23 +197,36 @@ def _decode_row(
         progress(len(output))
 
 
+def _scores(row: _Row) -> torch.Tensor:
+    """The logits to pick the row's next token from: masked by its grammar, if any."""
+    logits = row.logits_after[-1]
+    return logits if row.grammar is None else row.grammar.mask(logits)
+
+
 def _roll_back(row: _Row, limit: int, counts: _Counts) -> bool:
-    """Roll the row back to its last boundary with a snapshot at most ``limit`` long."""
-    output = row.output
+    """Roll the row (and its matcher) back to its last boundary with a snapshot at most
+    ``limit`` long."""
+    output, stream = row.output, row.stream
     limit = min(check_non_negative_int("reject()", limit), len(output))
-    plan = (
-        rollback_to_boundary(
-            row.ring, row.boundaries, seq=0, current_len=len(output), at_most=limit
-        )
-        if output
-        else None
-    )
-    if not isinstance(plan, RollbackPlan):
+    if not output:
         counts.rollbacks_declined += 1
         return False
     started = time.perf_counter()
-    (restore,) = plan.effects
-    row.stream.restore(restore, len(row.prompt) + plan.keep_len)
+    plan = _transact(
+        row.ring,
+        row.boundaries,
+        None if row.grammar is None else row.grammar.matcher,
+        seq=0,
+        tokens=output,
+        pool=stream.pool,
+        at_most=limit,
+        hybrid=True,
+        crop=lambda keep: stream.plan_truncate(len(row.prompt) + keep),
+    )
+    if not isinstance(plan, RollbackPlan):
+        counts.rollbacks_declined += 1
+        counts.grammar_declined += not isinstance(plan, RollbackDeclined)
+        return False
     counts.rollback_seconds += time.perf_counter() - started
     del output[plan.keep_len :], row.logits_after[plan.keep_len + 1 :]
     del row.boundaries[row.boundaries.index(plan.keep_len) + 1 :]

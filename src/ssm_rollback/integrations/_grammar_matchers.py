@@ -1,4 +1,4 @@
-"""Grammar matchers behind one small protocol, and the token bitmask they fill.
+"""Grammar matchers behind one small protocol: xgrammar and llguidance adapters.
 
 A rollback transaction has to ask a matcher *before* anything moves whether
 it can give back ``n`` tokens, so the protocol carries ``rollback_limit``
@@ -23,26 +23,18 @@ set when token ``t`` is allowed.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final, Protocol, final, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, final, runtime_checkable
 
 import torch
 
 from .._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int
+from ._bitmask import allocate_token_bitmask, check_row, describe
 
 if TYPE_CHECKING:
     import llguidance
     import xgrammar
 
-__all__ = [
-    "GrammarMatcher",
-    "LLGuidanceMatcher",
-    "XGrammarMatcher",
-    "allocate_token_bitmask",
-    "apply_token_bitmask",
-    "bitmask_width",
-]
-
-_BITS: Final = 32
+__all__ = ["GrammarMatcher", "LLGuidanceMatcher", "XGrammarMatcher"]
 
 
 @runtime_checkable
@@ -81,81 +73,6 @@ class GrammarMatcher(Protocol):
         ...
 
 
-def bitmask_width(vocab_size: int) -> int:
-    """Int32 words per bitmask row for ``vocab_size`` token ids."""
-    return -(-check_non_negative_int("vocab_size", vocab_size) // _BITS)
-
-
-def allocate_token_bitmask(batch_size: int, vocab_size: int) -> torch.Tensor:
-    """A CPU int32 bitmask of ``batch_size`` rows for ``vocab_size`` ids, every token allowed."""
-    batch_size = check_non_negative_int("batch_size", batch_size)
-    return torch.full((batch_size, bitmask_width(vocab_size)), -1, dtype=torch.int32)
-
-
-def apply_token_bitmask(logits: torch.Tensor, bitmask: torch.Tensor) -> None:
-    """Set to ``-inf``, in place, every logit whose token the bitmask does not allow.
-
-    ``logits`` is ``[vocab]`` or ``[batch, vocab]`` on any device; ``bitmask``
-    is one row per logits row (``[words]`` or ``[batch, words]``). Ids beyond
-    the bitmask's ``32 * words`` (a model head wider than the grammar's
-    vocabulary) are masked too.
-    """
-    if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
-        raise InvalidArgumentTypeError(
-            f"'logits' must be a floating-point tensor, got {_describe(logits)}"
-        )
-    _check_bitmask_type(bitmask)
-    rows = logits if logits.dim() == 2 else logits.unsqueeze(0)
-    masks = bitmask if bitmask.dim() == 2 else bitmask.unsqueeze(0)
-    if rows.dim() != 2 or masks.dim() != 2 or rows.shape[0] != masks.shape[0]:
-        raise InvalidArgumentError(
-            f"'bitmask' must have one row per logits row, got logits {tuple(logits.shape)} "
-            f"and bitmask {tuple(bitmask.shape)}"
-        )
-    vocab = rows.shape[1]
-    shifts = torch.arange(_BITS, dtype=torch.int32, device=rows.device)
-    bits = (masks.to(rows.device).unsqueeze(-1) >> shifts) & 1
-    allowed = bits.reshape(masks.shape[0], -1)[:, :vocab].bool()
-    if allowed.shape[1] < vocab:
-        pad = torch.zeros(masks.shape[0], vocab - allowed.shape[1], dtype=torch.bool)
-        allowed = torch.cat([allowed, pad.to(rows.device)], dim=1)
-    rows.masked_fill_(~allowed, float("-inf"))
-
-
-def _describe(value: object) -> str:
-    if isinstance(value, torch.Tensor):
-        return f"a {tuple(value.shape)} {value.dtype} tensor on {value.device}"
-    return f"{value!r} of type {type(value).__name__}"
-
-
-def _check_bitmask_type(bitmask: object) -> torch.Tensor:
-    if not isinstance(bitmask, torch.Tensor) or bitmask.dtype != torch.int32:
-        raise InvalidArgumentTypeError(
-            f"'bitmask' must be an int32 tensor (allocate_token_bitmask), got {_describe(bitmask)}"
-        )
-    return bitmask
-
-
-def _check_row(bitmask: torch.Tensor, index: int, vocab_size: int) -> torch.Tensor:
-    """Row ``index`` of a CPU bitmask as wide as ``vocab_size`` needs, checked."""
-    _check_bitmask_type(bitmask)
-    width = bitmask_width(vocab_size)
-    if bitmask.dim() != 2 or bitmask.shape[1] != width or bitmask.device.type != "cpu":
-        raise InvalidArgumentError(
-            f"'bitmask' must be a CPU tensor shaped [batch, {width}] for {vocab_size} token ids, "
-            f"got {_describe(bitmask)}"
-        )
-    index = check_non_negative_int("index", index)
-    if index >= bitmask.shape[0]:
-        raise InvalidArgumentError(
-            f"'index' must be < the bitmask's {bitmask.shape[0]} rows, got {index}"
-        )
-    row = bitmask[index]
-    if not row.is_contiguous():
-        raise InvalidArgumentError("'bitmask' rows must be contiguous")
-    return row
-
-
 def _check_limit(name: str, value: int | None) -> int | None:
     return None if value is None else check_non_negative_int(name, value)
 
@@ -191,7 +108,7 @@ class XGrammarMatcher:
 
         if not isinstance(matcher, xgrammar.GrammarMatcher):
             raise InvalidArgumentTypeError(
-                f"'matcher' must be an xgrammar.GrammarMatcher, got {_describe(matcher)}"
+                f"'matcher' must be an xgrammar.GrammarMatcher, got {describe(matcher)}"
             )
         vocab_size = check_non_negative_int("vocab_size", vocab_size)
         self._max = _check_limit("max_rollback_tokens", max_rollback_tokens)
@@ -255,7 +172,7 @@ class XGrammarMatcher:
 
     def fill_next_token_bitmask(self, bitmask: torch.Tensor, index: int = 0, /) -> None:
         """Write the allowed next tokens into row ``index``; none once terminated."""
-        row = _check_row(bitmask, index, self._vocab_size)
+        row = check_row(bitmask, index, self._vocab_size)
         if self._matcher.is_terminated():
             row.zero_()  # xgrammar raises for a terminated matcher: nothing is allowed
             return
@@ -291,11 +208,11 @@ class LLGuidanceMatcher:
 
         if not isinstance(matcher, llguidance.LLMatcher):
             raise InvalidArgumentTypeError(
-                f"'matcher' must be an llguidance.LLMatcher, got {_describe(matcher)}"
+                f"'matcher' must be an llguidance.LLMatcher, got {describe(matcher)}"
             )
         if not isinstance(tokenizer, llguidance.LLTokenizer):
             raise InvalidArgumentTypeError(
-                f"'tokenizer' must be an llguidance.LLTokenizer, got {_describe(tokenizer)}"
+                f"'tokenizer' must be an llguidance.LLTokenizer, got {describe(tokenizer)}"
             )
         if matcher.is_error():
             raise InvalidArgumentError(
@@ -369,7 +286,7 @@ class LLGuidanceMatcher:
 
     def fill_next_token_bitmask(self, bitmask: torch.Tensor, index: int = 0, /) -> None:
         """Write the allowed next tokens into row ``index``; none once terminated."""
-        row = _check_row(bitmask, index, self._vocab_size)
+        row = check_row(bitmask, index, self._vocab_size)
         if self.is_terminated():
             row.zero_()
             return

@@ -23,7 +23,7 @@ import torch
 from .._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int
 from .._ring import SsmDecodeRing
 from .._verify import commit_verified
-from ._generation import GenerationResult, _Counts, pad_id, pad_rows, pick, prompt_rows
+from ._decoding import GenerationResult, _Counts, pad_id, pad_rows, pick, prompt_rows
 from ._stream import TokenPredicate, _Stream, as_predicate, eos_ids, text_vocab_size
 
 __all__ = ["DraftFn", "speculative_generate"]

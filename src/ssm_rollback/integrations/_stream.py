@@ -21,7 +21,7 @@ from .._effect_values import SsmSnapshotRestore, SsmSnapshotSave
 from .._errors import InvalidArgumentError, InvalidArgumentTypeError
 from .._ring import SsmDecodeRing
 from ..pool import apply_effects
-from .transformers import HybridCacheSnapshotPool, crop_attention
+from .transformers import HybridCacheSnapshotPool, _plan_crop_attention
 
 __all__ = ["TokenPredicate", "as_predicate", "eos_ids", "text_vocab_size"]
 
@@ -153,6 +153,15 @@ class _Stream:
         self.queued = kept[at:]
 
     def _truncate(self, length: int) -> None:
+        self.plan_truncate(length)()
+
+    def plan_truncate(self, length: int) -> Callable[[], None]:
+        """Check a cut of the KV and the fed tokens to ``length``, changing nothing; the cut."""
         assert self.cache is not None
-        crop_attention(self.cache, length)
-        del self.fed[length:]
+        crop = _plan_crop_attention(self.cache, length)
+
+        def cut() -> None:
+            crop()
+            del self.fed[length:]
+
+        return cut

@@ -12,6 +12,9 @@ token mask describes text that is no longer there. Here:
   ``xgrammar.GrammarMatcher`` and ``llguidance.LLMatcher``;
 - ``allocate_token_bitmask`` and ``apply_token_bitmask``: the int32 token
   bitmask both engines fill, and masking logits with it (torch);
+- ``rollback_with_grammar``: the rollback transaction - plan the model's
+  rollback, ask the matcher, then move both or neither (``MatcherDeclined``
+  when the matcher cannot go back that far);
 - ``ByteTokenizer`` and ``json_schema_matchers``: a byte-level vocabulary
   built locally, and matchers of a JSON schema for it in both engines.
 
@@ -21,21 +24,20 @@ Needs ``torch`` and, for the adapters, ``xgrammar`` or ``llguidance`` (the
 
 from __future__ import annotations
 
+from ._bitmask import allocate_token_bitmask, apply_token_bitmask
 from ._byte_tokenizer import ByteTokenizer, json_schema_matchers
-from ._grammar_matchers import (
-    GrammarMatcher,
-    LLGuidanceMatcher,
-    XGrammarMatcher,
-    allocate_token_bitmask,
-    apply_token_bitmask,
-)
+from ._grammar_matchers import GrammarMatcher, LLGuidanceMatcher, XGrammarMatcher
+from ._grammar_rollback import CropPlanner, MatcherDeclined, rollback_with_grammar
 
 __all__ = [
     "ByteTokenizer",
+    "CropPlanner",
     "GrammarMatcher",
     "LLGuidanceMatcher",
+    "MatcherDeclined",
     "XGrammarMatcher",
     "allocate_token_bitmask",
     "apply_token_bitmask",
     "json_schema_matchers",
+    "rollback_with_grammar",
 ]

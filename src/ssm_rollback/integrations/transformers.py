@@ -218,11 +218,20 @@ def crop_attention(cache: Cache, length: int) -> None:
     layer that has already dropped tokens the cropped cache would need, or
     for a layer type it does not know.
     """
+    _plan_crop_attention(cache, length)()
+
+
+def _plan_crop_attention(cache: Cache, length: int) -> Callable[[], None]:
+    """Check ``crop_attention(cache, length)`` without changing anything; the crop to run."""
     length = check_non_negative_int("length", length)
     plans = [_crop_plan(idx, layer, length) for idx, layer in enumerate(_layers(cache))]
-    for plan in plans:  # every layer checked before any is changed
-        if plan is not None:
-            plan()
+
+    def crop() -> None:
+        for plan in plans:  # every layer checked before any is changed
+            if plan is not None:
+                plan()
+
+    return crop
 
 
 def _crop_plan(idx: int, layer: object, length: int) -> Callable[[], None] | None:
