@@ -36,7 +36,8 @@ class Case(NamedTuple):
     batch_dim: int
     contiguous: bool = True
     #: Copy scattered rows with index ops even on the CPU: the path a GPU
-    #: takes, so it runs (bar the pinned transfer) where there is no GPU.
+    #: (or more than one CPU thread) takes, so it runs where there is no GPU.
+    #: Else CPU pools copy them row by row, whatever the thread count.
     index_ops: bool = False
 
     @property
@@ -50,10 +51,11 @@ class Case(NamedTuple):
 def make_pool(
     case: Case, states: list[torch.Tensor], slots: int, **kwargs: object
 ) -> TorchSnapshotPool:
-    """A pool over ``states``; with ``case.index_ops`` it copies as it would on a GPU."""
+    """A pool over ``states`` that copies scattered rows as ``case`` says."""
     pool = TorchSnapshotPool(states, slots, batch_dim=case.batch_dim, **kwargs)  # type: ignore[arg-type]
-    if case.index_ops:
-        pool._copier = Copier(pool._live_rows.tensors, case.batch_dim, per_row=False)
+    if case.device == "cpu":
+        rows = pool._live_rows.tensors
+        pool._copier = Copier(rows, case.batch_dim, per_row=not case.index_ops)
     return pool
 
 
@@ -240,6 +242,21 @@ def test_the_op_count_of_a_save_or_restore_does_not_grow_with_the_batch() -> Non
     )
     for ops in (many, two, third, restore_two, restore_third):
         assert ops == ["aten._foreach_copy_.default"] * tensors  # nothing else, nothing allocated
+
+
+@pytest.mark.parametrize(("threads", "op"), [(1, "aten._foreach_copy_.default"), (2, "index")])
+def test_the_cpu_copies_row_by_row_only_on_one_thread(threads: int, op: str) -> None:
+    # Every row's own copy opens a parallel region when torch has threads to
+    # split it over; on a busy machine each region waits for a time slice.
+    pool = TorchSnapshotPool(make_states(Case("cpu", torch.float32, 1), 16), 2, batch_dim=1)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        ops = count_ops(lambda: pool.save([SsmSnapshotSave(s, 0, 1, 1) for s in (9, 2, 5)]))
+    finally:
+        torch.set_num_threads(before)
+    assert copies(ops) == (2 if threads == 1 else 4)
+    assert all(op in o for o in ops if o in COPY_OPS)
 
 
 def test_off_the_cpu_the_op_count_does_not_grow_with_the_batch_either() -> None:
