@@ -124,13 +124,29 @@ def test_ring_never_raises(files: dict[str, str], data: st.DataObject) -> None:
     check(*exit_status(["ring", *argv]))
 
 
+DEMO = ["--model-type", "--capacity", "--length", "--seed", "--json", "--grammar"]
+DEMO_GRAMMAR = ["--calls", "--engine"]
+
+
 @given(data=st.data())
 def test_demo_arguments_never_raise(files: dict[str, str], data: st.DataObject) -> None:
-    flags = ["--model-type", "--capacity", "--length", "--seed", "--json"]
-    argv = data.draw(_flags_and_values(flags, files))
+    argv = data.draw(_flags_and_values([*DEMO, *DEMO_GRAMMAR], files))
     # A demo run builds a model (seconds): the unknown flag at the end keeps every example
     # to argument checking, which is what can go wrong with hostile input.
     status, err = exit_status(["demo", *argv, "--no-such-flag"])
+    check(status, err)
+    assert status == 2 or "-h" in argv or "--help" in argv
+
+
+@given(data=st.data())
+def test_demo_grammar_flags_without_grammar_never_raise(
+    files: dict[str, str], data: st.DataObject
+) -> None:
+    # Past argparse: --calls or --engine without --grammar is refused before a model is built.
+    flag = data.draw(st.sampled_from(DEMO_GRAMMAR))
+    value = "3" if flag == "--calls" else "llguidance"
+    argv = data.draw(_flags_and_values([f for f in DEMO if f != "--grammar"], files))
+    status, err = exit_status(["demo", flag, value, *argv])
     check(status, err)
     assert status == 2 or "-h" in argv or "--help" in argv
 
@@ -147,6 +163,8 @@ def test_any_words_never_raise(argv: list[str]) -> None:
         ["simulate", "--trace", "LATIN1"],
         ["simulate", "--sequences", "-1"],
         ["demo", "--model-type", "glm5_next_text"],
+        ["demo", "--calls", "3"],
+        ["demo", "--grammar", "--calls", "0"],
     ],
 )
 def test_the_console_script_refuses_bad_input_without_a_traceback(

@@ -1,4 +1,9 @@
-"""``ssm-rollback demo``: boundary-rollback decoding on a tiny hybrid model, checked bit for bit."""
+"""``ssm-rollback demo``: boundary-rollback decoding on a tiny hybrid model, checked bit for bit.
+
+``--grammar`` runs the structured-output form instead: tool calls decoded
+under a JSON schema, with a run-time validator sending values back
+(``_grammar_demo``).
+"""
 
 from __future__ import annotations
 
@@ -7,8 +12,10 @@ import json
 import sys
 from typing import Final, TextIO
 
+from .._grammar_demo import DEFAULT_CALLS, DEFAULT_MAX_TOKENS, ENGINES, MAX_CALLS
 from ..testing._model_types import DEMO_MODEL_TYPES
-from ._common import int_flag, progress_bar
+from ._common import FlagError, int_flag, progress_bar
+from ._grammar_demo import run_grammar
 
 __all__ = ["MODEL_TYPES", "add_parser", "run"]
 
@@ -18,6 +25,17 @@ MODEL_TYPES: Final = DEMO_MODEL_TYPES
 # the prompt: bounds that keep a demo a demo (the tiny models also stop at 512 positions).
 MAX_CAPACITY: Final = 1024
 MAX_LENGTH: Final = 256
+DEFAULT_LENGTH: Final = 64
+
+#: The grammar demo's parameter names, for error messages.
+GRAMMAR_FLAGS: Final = {
+    "model_type": "--model-type",
+    "capacity": "--capacity",
+    "calls": "--calls",
+    "max_tokens": "--length",
+    "seed": "--seed",
+    "engine": "--engine",
+}
 
 _INSTALL_HINT: Final = (
     "ssm-rollback demo runs a tiny hybrid model with Hugging Face transformers, which is not "
@@ -33,7 +51,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="boundary-rollback decoding on a tiny hybrid model, verified bit for bit",
         description="Decode with a tiny random-weight hybrid model; when a banned token is "
         "sampled, roll back to the last boundary with a snapshot, resample, and check every "
-        "rollback against a fresh decode.",
+        "rollback against a fresh decode. With --grammar: decode JSON tool calls under a "
+        "schema and a run-time validator, rolling refused values back.",
     )
     demo.add_argument(
         "--model-type",
@@ -52,23 +71,49 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     demo.add_argument(
         "--length",
         type=int_flag(1, MAX_LENGTH),
-        default=64,
-        help=f"tokens to generate, 1 to {MAX_LENGTH} (default 64)",
+        default=None,
+        help=f"tokens to generate, 1 to {MAX_LENGTH} (default {DEFAULT_LENGTH}; with "
+        f"--grammar: the most per call, default {DEFAULT_MAX_TOKENS})",
     )
     demo.add_argument(
         "--seed", type=int_flag(0, 2**32 - 1), default=0, help="random seed (default 0)"
     )
     demo.add_argument("--json", action="store_true", help="print the report as one JSON object")
-    demo.set_defaults(run=run)
+    grammar = demo.add_argument_group("structured output")
+    grammar.add_argument(
+        "--grammar",
+        action="store_true",
+        help="decode JSON tool calls under a schema; a run-time validator rejects values "
+        "and the row rolls back to the boundary in front of them",
+    )
+    grammar.add_argument(
+        "--calls",
+        type=int_flag(1, MAX_CALLS),
+        default=None,
+        help=f"with --grammar: tool calls to decode, 1 to {MAX_CALLS} (default {DEFAULT_CALLS})",
+    )
+    grammar.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default=None,
+        help=f"with --grammar: the grammar engine (default {ENGINES[0]})",
+    )
+    demo.set_defaults(run=run, flags=GRAMMAR_FLAGS)
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
+    if args.grammar:
+        return run_grammar(args, out, _INSTALL_HINT)
+    for flag, value in (("--calls", args.calls), ("--engine", args.engine)):
+        if value is not None:
+            raise FlagError(flag, "only with --grammar")
     try:
         from .._demo import DemoOptions, run_demo
     except ImportError:
         print(_INSTALL_HINT, file=sys.stderr)
         return 1
-    options = DemoOptions(args.model_type, args.capacity, args.length, args.seed)
+    length = DEFAULT_LENGTH if args.length is None else args.length
+    options = DemoOptions(args.model_type, args.capacity, length, args.seed)
     report = run_demo(options, progress_bar(sys.stderr, "tokens", quiet=args.json))
     if args.json:
         print(json.dumps(report.to_dict(), sort_keys=True), file=out)
