@@ -141,19 +141,15 @@ def same(a: object, b: object) -> bool:
     )
 
 
-OPS = st.lists(
-    st.one_of(
-        st.tuples(st.just("decode"), st.integers(0, 40), st.booleans()),
-        st.tuples(st.just("rollback"), st.integers(0, 8), st.booleans()),
-    ),
-    min_size=1,
-    max_size=12,
-)
+DECODE = st.tuples(st.just("decode"), st.integers(0, 40), st.booleans())
+ROLLBACK = st.tuples(st.just("rollback"), st.integers(0, 8), st.booleans())
+#: Mostly decodes (a rollback needs tokens and boundaries behind it), some rollbacks.
+OPS = st.lists(st.one_of(DECODE, DECODE, ROLLBACK), min_size=1, max_size=14)
 
 
 @pytest.mark.parametrize("engine", ENGINES)
 @settings(max_examples=12)
-@given(ops=OPS, limit=st.sampled_from([None, 1, 3]))
+@given(ops=OPS, limit=st.sampled_from([2, None, 1]))
 def test_model_and_matcher_stay_in_step(
     engine: str, ops: list[tuple[str, int, bool]], limit: int | None
 ) -> None:
