@@ -10,11 +10,13 @@ of a single-process reference run of the same scheduler.
 from __future__ import annotations
 
 import datetime
+import gc
 import json
 import random
 import socket
 import subprocess
 import sys
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
@@ -323,10 +325,10 @@ def bad_input(rank: int, world: int) -> dict[str, str]:
     )
     real_encode = _wire.encode
 
-    def unknown_kind(effects: object) -> list[int]:
+    def unknown_kind(effects: object, *, ranged: bool = True) -> list[int]:
         return [_wire.MAGIC, 1, 99, 0]
 
-    def cut(effects: object) -> list[int]:
+    def cut(effects: object, *, ranged: bool = True) -> list[int]:
         return real_encode(good)[:-1]
 
     for label, encoder in (("unknown kind", unknown_kind), ("size mismatch", cut)):
@@ -342,6 +344,11 @@ def bad_input(rank: int, world: int) -> dict[str, str]:
     results["mixed versions"] = outcome_of(lambda: tp.broadcast_effects(mine, src=0, group=fresh))
     _wire.MAGIC = magic  # type: ignore[misc]
     results["fresh group"] = outcome_of(lambda: tp.broadcast_effects(mine, src=0, group=fresh))
+    # A group without the sender (nor, on rank 0, this rank): refused on every rank alike.
+    others = dist.new_group(list(range(1, world)))
+    results["src not in group"] = outcome_of(
+        lambda: tp.broadcast_effects(mine, src=0, group=others)
+    ).split(":")[0]
     results.update(corrupt_headers(rank, mine))
     results.update(growth(rank))
     results["bad src"] = outcome_of(lambda: tp.broadcast_effects(mine, src=world + 5))
@@ -381,7 +388,8 @@ class Loud:
 def growth(rank: int) -> dict[str, str]:
     """A step bigger than the buffer costs one more broadcast, once; then one per step again."""
     calls = {"broadcast": 0, "all_reduce": 0}
-    real_broadcast, real_all_reduce = dist.broadcast, dist.all_reduce
+    channel = _wire_channel._Channel  # its _start is the one place a step's broadcast is made
+    real_start, real_all_reduce = channel._start, dist.all_reduce
 
     def counted(name: str, call: Callable[P, R]) -> Callable[P, R]:
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -390,7 +398,7 @@ def growth(rank: int) -> dict[str, str]:
 
         return wrapper
 
-    dist.broadcast = counted("broadcast", real_broadcast)
+    channel._start = counted("broadcast", real_start)  # type: ignore[method-assign]
     dist.all_reduce = counted("all_reduce", real_all_reduce)
     results = {}
     rows = 0
@@ -405,7 +413,8 @@ def growth(rank: int) -> dict[str, str]:
             got = outcome_of(partial(tp.broadcast_effects, mine, src=0))  # type: ignore[arg-type]
             results[label] = f"{got} {calls['broadcast']} broadcasts {calls['all_reduce']} reduces"
     finally:
-        dist.broadcast, dist.all_reduce = real_broadcast, real_all_reduce
+        channel._start = real_start  # type: ignore[method-assign]
+        dist.all_reduce = real_all_reduce
     results["capacity"] = str(_wire_channel.channel_capacity(None))
     return results
 
@@ -547,15 +556,20 @@ def test_a_step_past_the_word_limit_is_refused(monkeypatch: pytest.MonkeyPatch) 
     assert _wire_channel.channel_capacity(None) == 1024  # refused: nothing grew
 
 
-def test_a_new_process_group_shakes_hands_again() -> None:
+def test_a_new_process_group_shakes_hands_again_and_a_dead_one_is_let_go() -> None:
     for _ in range(2):
         dist.init_process_group("gloo", store=HashStore(), rank=0, world_size=1)
         try:
             assert _wire_channel.channel_capacity(None) == 0
             assert tp.broadcast_effects([batch_of(2000)], src=0) == (batch_of(2000),)
             assert _wire_channel.channel_capacity(None) == 8192
+            group = weakref.ref(dist.group.WORLD)
         finally:
             dist.destroy_process_group()
+        gc.collect()
+        # Held past its destruction, a group's threads would be torn down at exit, in disorder.
+        assert group() is None
+        assert not _wire_channel._CHANNELS  # nor its buffer
     assert _wire_channel.channel_capacity(None) == 0
 
 
@@ -591,6 +605,7 @@ def test_bad_input_raises_on_every_rank(ranks: list[str]) -> None:
     assert seen["size mismatch"].startswith("WireError: record 1 (save batch)")
     assert seen["mixed versions"].startswith("WireError: every rank must speak")
     assert seen["fresh group"] == "ok"  # a failed handshake is not kept: the next one passes
+    assert seen["src not in group"] == "InvalidArgumentError"
     for label in ("bad status", "negative length", "length past the buffer", "huge length follows"):
         assert seen[label].startswith("WireError: the step's header must hold"), seen[label]
     assert seen["after corruption"] == "ok"

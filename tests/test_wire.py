@@ -58,7 +58,7 @@ def test_a_cut_payload_is_refused(step: list[Effect], data: st.DataObject) -> No
         _wire.decode(words[:cut])
 
 
-@given(st.lists(effects, max_size=6), st.lists(st.integers(-5, 5), min_size=1, max_size=4))
+@given(st.lists(effects, max_size=6), st.lists(st.integers(0, 5), min_size=1, max_size=4))
 def test_trailing_words_are_refused(step: list[Effect], extra: list[int]) -> None:
     with pytest.raises(_wire.WireError, match="must end after"):
         _wire.decode([*_wire.encode(step), *extra])
@@ -91,11 +91,11 @@ def test_the_payload_layout_is_the_documented_one() -> None:
     ]
     assert _wire.encode(step) == [
         _wire.MAGIC, 5,
-        _wire.SAVES, 2, 1, 1, 2, 3, 3, 5, 4, 6, -1, 2,
+        _wire.SAVES, 2, 1, 1, 2, 3, 3, 5, 4, 6, 0, 3,  # sources + 1: live is 0
         _wire.RESTORES, 1, 0, 1, 2, 3,
         _wire.ACCEPTS, 1, 3, 2,
         _wire.SAVE_BATCH, 2, 0, 1, 2, 0, 1, 5, 6, 7, 8,
-        _wire.SAVE_BATCH, 1, _wire.HAS_SOURCES, 4, 0, 9, 10, -1,
+        _wire.SAVE_BATCH, 1, _wire.HAS_SOURCES, 4, 0, 9, 10, 0,
     ]  # fmt: skip
     assert _wire.MAGIC & 0xFFFF == _wire.VERSION
 
@@ -112,19 +112,19 @@ def test_an_unknown_kind_is_refused_naming_the_record() -> None:
     [
         ([], "magic word"),
         ([_wire.MAGIC + 1, 0], "magic word"),
-        ([_wire.MAGIC, -1], "record count"),
+        ([_wire.MAGIC, -1], "ints >= 0, got -1 at word 1"),
         ([_wire.MAGIC, 5], "record count"),
         ([_wire.MAGIC, 1, _wire.ACCEPTS], "a kind and a row count"),
         ([_wire.MAGIC, 1, _wire.SAVE_BATCH, 2, 7], "flags 0 or 1"),
         ([_wire.MAGIC, 1, _wire.SAVE_BATCH, 2], "flags 0 or 1, got None"),
-        ([_wire.MAGIC, 1, _wire.SAVE_BATCH, -3, 0], "of -3 rows"),
+        ([_wire.MAGIC, 1, _wire.SAVE_BATCH, -3, 0], "ints >= 0, got -3 at word 3"),
         ([_wire.MAGIC, 1, _wire.SAVE_BATCH, 1, 0, 0, 0, 0], "of 1 rows needs 4 words"),
         ([_wire.MAGIC, 1, _wire.ACCEPTS, 1, 0], "of 1 rows needs 2 words"),
         ([_wire.MAGIC, 1, _wire.ACCEPTS, 1, -1, 0], "ints >= 0, got -1 at word 4"),
         ([_wire.MAGIC, 1, _wire.ACCEPTS, 1, 0, -1], "ints >= 0, got -1 at word 5"),
-        ([_wire.MAGIC, 1, _wire.SAVES, 1, 0, 0, 0, 0, -2], "ints >= -1, got -2 at word 8"),
+        ([_wire.MAGIC, 1, _wire.SAVES, 1, 0, 0, 0, 0, -1], "ints >= 0, got -1 at word 8"),
         ([_wire.MAGIC, 1, _wire.RESTORES, 1, 0, 0, -5, 0], "ints >= 0, got -5"),
-        ([_wire.MAGIC, 1, _wire.SAVE_BATCH, 1, 1, 0, 0, 0, 0, -2], "ints >= -1, got -2"),
+        ([_wire.MAGIC, 1, _wire.SAVE_BATCH, 1, 1, 0, 0, 0, 0, -1], "ints >= 0, got -1"),
     ],
 )
 def test_malformed_payloads_are_refused(words: list[int], message: str) -> None:
@@ -145,8 +145,19 @@ def test_encode_refuses_what_is_not_effects(bad: object) -> None:
 
 
 def test_encode_refuses_a_value_int64_cannot_carry() -> None:
-    with pytest.raises(InvalidArgumentError, match="fit int64"):
+    with pytest.raises(InvalidArgumentError, match=r"fit int64, got 9223372036854775808 at word 4"):
         _wire.encode([SsmStateAccept(2**63, 0)])
+    assert _wire.encode([SsmStateAccept(2**63, 0)], ranged=False)[4] == 2**63  # the caller checks
+
+
+def test_decode_may_leave_rule_5_to_its_caller() -> None:
+    words = _wire.encode([SsmStateAccept(1, 2)])
+    words[5] = -4
+    with pytest.raises(_wire.WireError, match="ints >= 0, got -4 at word 5"):
+        _wire.decode(words)
+    (trusted,) = _wire.decode(words, checked=True)  # the caller vouched: taken as is
+    assert isinstance(trusted, SsmStateAccept)
+    assert (trusted.seq, trusted.index) == (1, -4)
 
 
 def test_decoded_accepts_are_interned_and_the_table_stays_bounded(

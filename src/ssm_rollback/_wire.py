@@ -2,25 +2,26 @@
 
 Pure Python, no torch: ``encode`` turns effects into words, ``decode`` turns
 words back into effects, and the tensor plumbing lives in ``_wire_channel``.
-Rules of the format (version 1):
+Rules of the format (version 2):
 
 1. The payload starts with ``MAGIC`` (which carries ``VERSION``) and the
    record count; every record starts with its kind code and its row count
    ``n``, then holds ``n`` words per column: a record is columns, so a
    receiver checks and builds it at C speed, never word by word.
 2. A run of consecutive single effects of one kind is one record:
-   ``SAVES`` (columns ``seqs slots positions tickets sources``; a source of
-   ``LIVE``, -1, is the live state), ``RESTORES`` (``seqs slots positions
-   tickets``), ``ACCEPTS`` (``seqs indices``). They decode as that many
-   single effects, in order.
+   ``SAVES`` (columns ``seqs slots positions tickets sources``),
+   ``RESTORES`` (``seqs slots positions tickets``), ``ACCEPTS`` (``seqs
+   indices``). They decode as that many single effects, in order.
 3. A ``SaveBatch`` is one ``SAVE_BATCH`` record: ``n flags``, then its
    columns ``seqs slots positions tickets``, and ``sources`` when ``flags``
    is ``HAS_SOURCES``. It decodes as one ``SaveBatch``.
 4. A payload decodes only if every word is used exactly once: a count, a
    length or a kind that does not fit raises ``WireError`` naming the word.
-5. Every value is checked as the effect's own constructor checks it (ints
-   ``>= 0``; sources ``>= -1``), so a decoded effect is one the sender could
-   have built.
+5. Every word is ``>= 0``: a source travels as ``source + 1`` (the live
+   state, ``None`` or ``LIVE``, as 0). One check of the whole payload -
+   ``min``, or the caller's own on its tensor (``checked=True``) - is then
+   every effect constructor's check, so a decoded effect is one the sender
+   could have built.
 
 Every rank decodes the same words, so every rank raises the same error.
 """
@@ -28,15 +29,16 @@ Every rank decodes the same words, so every rank raises the same error.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from itertools import groupby
-from operator import attrgetter
+from operator import add, attrgetter
 from typing import Final
 
 from . import _wire_values as values
 from ._effect_values import SsmSnapshotRestore, SsmSnapshotSave, SsmStateAccept
 from ._effects import Effect
 from ._errors import InvalidArgumentTypeError, SsmRollbackError
-from ._save_batch import LIVE, SaveBatch
+from ._save_batch import SaveBatch
 
 __all__ = [
     "ACCEPTS",
@@ -49,10 +51,11 @@ __all__ = [
     "WireError",
     "decode",
     "encode",
+    "out_of_range",
 ]
 
 #: The format's version; a receiver refuses any other.
-VERSION: Final = 1
+VERSION: Final = 2
 #: ``b"SSMR"`` and the version: the first word of every payload.
 MAGIC: Final = (0x53534D52 << 16) | VERSION
 
@@ -78,6 +81,7 @@ _GETTERS: Final[dict[int, tuple[Callable[[object], int], ...]]] = {
     ACCEPTS: (attrgetter("seq"), attrgetter("index")),
 }
 _SOURCE: Final = attrgetter("source")
+_SHIFTED: Final = partial(add, 1)  # a source on the wire: LIVE (-1) -> 0, index i -> i + 1
 _MAX_WORD: Final = (1 << 63) - 1
 
 
@@ -85,8 +89,12 @@ class WireError(SsmRollbackError, ValueError):
     """A payload that is not a step's effects in this format (rule 4); nothing was decoded."""
 
 
-def encode(effects: Iterable[Effect]) -> list[int]:
-    """The payload words of ``effects`` (rules 1-3); a non-effect raises naming ``effects[i]``."""
+def encode(effects: Iterable[Effect], *, ranged: bool = True) -> list[int]:
+    """The payload words of ``effects`` (rules 1-3); a non-effect raises naming ``effects[i]``.
+
+    A value past int64 raises too, unless ``ranged`` is false: then the
+    caller's packing refuses it (``out_of_range`` names it).
+    """
     if isinstance(effects, str | bytes) or not isinstance(effects, Iterable):
         raise InvalidArgumentTypeError(
             f"'effects' must be an iterable of effects, got {type(effects).__name__}"
@@ -107,12 +115,21 @@ def encode(effects: Iterable[Effect]) -> list[int]:
             records += 1
         at += len(run)
     words[1] = records
-    if max(words) > _MAX_WORD:  # a value int64 cannot carry: refuse before anything is sent
-        at = next(k for k, word in enumerate(words) if word > _MAX_WORD)
-        raise InvalidArgumentTypeError(
-            f"'effects' must hold values that fit int64, got {words[at]} at word {at}"
-        )
+    if ranged:
+        error = out_of_range(words)
+        if error is not None:
+            raise error
     return words
+
+
+def out_of_range(words: list[int]) -> InvalidArgumentTypeError | None:
+    """The refusal of words that int64 cannot carry (nothing is sent), or ``None``."""
+    if not words or (max(words) <= _MAX_WORD and min(words) >= ~_MAX_WORD):
+        return None
+    at = next(k for k, word in enumerate(words) if not ~_MAX_WORD <= word <= _MAX_WORD)
+    return InvalidArgumentTypeError(
+        f"'effects' must hold values that fit int64, got {words[at]} at word {at}"
+    )
 
 
 def _put(words: list[int], code: int, record: object) -> None:
@@ -124,18 +141,21 @@ def _put(words: list[int], code: int, record: object) -> None:
         words += record.positions
         words += record.tickets
         if record.sources is not None:
-            words += record.sources
+            words += map(_SHIFTED, record.sources)
         return
     assert isinstance(record, list)
     words += (code, len(record))
     for get in _GETTERS[code]:
         words += map(get, record)
     if code == SAVES:
-        words += [LIVE if s is None else s for s in map(_SOURCE, record)]
+        words += [0 if s is None else s + 1 for s in map(_SOURCE, record)]
 
 
-def decode(words: Sequence[int]) -> tuple[Effect, ...]:
-    """The effects a payload holds (rules 1-5); anything else raises ``WireError``."""
+def decode(words: Sequence[int], *, checked: bool = False) -> tuple[Effect, ...]:
+    """The effects a payload holds (rules 1-5); anything else raises ``WireError``.
+
+    ``checked``: the caller has seen that every word is ``>= 0`` (rule 5).
+    """
     words = tuple(words)  # slices of a tuple are the SaveBatch columns as they stand
     size = len(words)
     if size < 2 or words[0] != MAGIC:
@@ -144,8 +164,11 @@ def decode(words: Sequence[int]) -> tuple[Effect, ...]:
             f"the payload must start with the magic word {MAGIC:#x} (format version {VERSION}), "
             f"got {first} in {size} words"
         )
+    if not checked and min(words) < 0:
+        at = next(k for k, word in enumerate(words) if word < 0)
+        raise WireError(f"the payload must hold ints >= 0, got {words[at]} at word {at}")
     count = words[1]
-    if not 0 <= count <= size:
+    if count > size:
         raise WireError(f"the payload's record count (word 1) must be in [0, {size}], got {count}")
     effects: list[Effect] = []
     at = 2
@@ -156,27 +179,6 @@ def decode(words: Sequence[int]) -> tuple[Effect, ...]:
             f"the payload must end after its {count} records, at word {at}, got {size} words"
         )
     return tuple(effects)
-
-
-def _columns(
-    words: tuple[int, ...], at: int, record: int, width: int, n: int, name: str
-) -> list[tuple[int, ...]]:
-    """``width`` columns of ``n`` words from word ``at``, checked ``>= 0`` (sources ``>= -1``)."""
-    if n < 0 or n * width > len(words) - at:
-        raise WireError(
-            f"record {record} ({name}) of {n} rows needs {max(n, 0) * width} words from word "
-            f"{at}, the payload has {len(words)} words"
-        )
-    columns = [words[at + c * n : at + (c + 1) * n] for c in range(width)]
-    for c, column in enumerate(columns):
-        least = LIVE if (c == 4 and name != "accepts") else 0
-        if column and min(column) < least:
-            bad = next(k for k, v in enumerate(column) if v < least)
-            raise WireError(
-                f"record {record} ({name}) must hold ints >= {least}, got {column[bad]} at word "
-                f"{at + c * n + bad}"
-            )
-    return columns
 
 
 def _record(words: tuple[int, ...], at: int, record: int, effects: list[Effect]) -> int:
@@ -203,13 +205,20 @@ def _record(words: tuple[int, ...], at: int, record: int, effects: list[Effect])
             )
         at += 1
         width = 5 if flags else 4
-        effects.append(values.save_batch(*_columns(words, at, record, width, n, name)))
-        return at + width * n
-    columns = _columns(words, at, record, _WIDTH[kind], n, name)
-    if kind == ACCEPTS:
+    else:
+        width = _WIDTH[kind]
+    if n * width > len(words) - at:
+        raise WireError(
+            f"record {record} ({name}) of {n} rows needs {n * width} words from word {at}, the "
+            f"payload has {len(words)} words"
+        )
+    columns = [words[at + c * n : at + (c + 1) * n] for c in range(width)]
+    if kind == SAVE_BATCH:
+        effects.append(values.save_batch(*columns))
+    elif kind == ACCEPTS:
         effects += values.accepts(*columns)
     elif kind == RESTORES:
         effects += map(values.restore, *columns)
     else:
         effects += map(values.save, *columns)
-    return at + _WIDTH[kind] * n
+    return at + width * n

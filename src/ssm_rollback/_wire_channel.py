@@ -20,6 +20,7 @@ the input, so an error can never leave a peer waiting):
 from __future__ import annotations
 
 import struct
+import weakref
 from array import array
 from collections.abc import Iterable
 from typing import Final, final
@@ -30,7 +31,7 @@ import torch.distributed as dist
 
 from . import _wire
 from ._effects import Effect
-from ._errors import InvalidArgumentError, SsmRollbackError
+from ._errors import InvalidArgumentError, InvalidArgumentTypeError, SsmRollbackError
 
 __all__ = ["FOLLOWS", "HEADER", "MAX_WORDS", "OK", "REFUSED", "channel_capacity", "step"]
 
@@ -55,14 +56,17 @@ def header_words(status: int, length: int) -> tuple[int, int]:
 class _Channel:
     """A process group's persistent buffer; every rank holds one of the same capacity."""
 
-    _group: dist.ProcessGroup
+    # Weak: a destroyed group must be freed when torch lets go of it, not at exit.
+    _group: weakref.ReferenceType[dist.ProcessGroup]
     _device: torch.device
     _rank: int
+    _group_rank: int
     _host: array[int] = attrs.field(factory=lambda: array("q"))
     _view: memoryview = attrs.field(factory=lambda: memoryview(b""))
     _wire: torch.Tensor = attrs.field(factory=lambda: torch.empty(0, dtype=torch.int64))
 
     _tensor: torch.Tensor = attrs.field(factory=lambda: torch.empty(0, dtype=torch.int64))
+    _roots: dict[int, int] = attrs.field(factory=dict)  # src's global rank -> its group rank
 
     @property
     def capacity(self) -> int:
@@ -79,20 +83,32 @@ class _Channel:
 
     def step(self, effects: Iterable[Effect] | None, src: int) -> tuple[Effect, ...]:
         """Rules 2-4 on this rank; ``effects`` matter only on ``src``."""
-        payload: list[int] = []
-        if self._rank == src:
-            status, payload = _encode(effects)
-            fits = HEADER + len(payload) <= self.capacity
-            self._write(0, header_words(status if fits else status | FOLLOWS, len(payload)))
-            if fits:
-                self._write(HEADER, payload)
-        self._send(src)
+        root = self._roots.get(src)
+        if root is None:  # checked before any collective: every rank refuses alike
+            root = self._roots[src] = _group_rank(self._live_group(), src)
+        if self._rank != src:
+            self._send(root)
+            return self._read(src, root, [])
+        payload = self._post(effects)
+        if self._view[0] & FOLLOWS:
+            self._send(root)
+            return self._read(src, root, payload)
+        # The sender's words are final: it decodes them while the broadcast carries them, so
+        # its decode overlaps the wire instead of the workers' decode.
+        work = self._start(root)
+        try:
+            return self._read(src, root, payload)  # no second broadcast: the header says so
+        finally:
+            work.wait()
+
+    def _read(self, src: int, root: int, payload: list[int]) -> tuple[Effect, ...]:
+        """Rules 3-4: the words in this rank's buffer as effects, or the error every rank raises."""
         status, length = self._view[:HEADER].tolist()
         if status in (OK | FOLLOWS, REFUSED | FOLLOWS) and 0 <= length <= MAX_WORDS:
             self.grow(max(2 * self.capacity, 1 << (HEADER + length - 1).bit_length()))
             if self._rank == src:
                 self._write(HEADER, payload[:length])
-            self._send(src)
+            self._send(root)
             status &= ~FOLLOWS
         if status not in (OK, REFUSED) or not 0 <= length <= self.capacity - HEADER:
             raise _wire.WireError(
@@ -104,54 +120,111 @@ class _Channel:
         if status == REFUSED:
             message = bytes(w & 0xFF for w in words).decode("utf-8", "replace")
             raise InvalidArgumentError(f"rank {src} refused the step's effects: {message}")
-        return _wire.decode(words)
+        # Rule 5 of the format at C speed, on the tensor; decode looks closer only if it fails.
+        checked = length > 0 and int(self._tensor[HEADER : HEADER + length].min()) >= 0
+        return _wire.decode(words, checked=checked)
 
-    def _send(self, src: int) -> None:
-        """Broadcast the buffer from ``src``; then every rank's host buffer holds its words."""
-        on_cpu = self._device.type == "cpu"
-        if not on_cpu and self._rank == src:
-            self._wire.copy_(self._tensor)
-        dist.broadcast(self._wire, src=src, group=self._group)
-        if not on_cpu:
+    def _post(self, effects: Iterable[Effect] | None) -> list[int]:
+        """The sender's side: write the header and, if it fits, the payload; return the payload."""
+        status, payload = _encode(effects)
+        if HEADER + len(payload) > self.capacity and status == OK:
+            # Checked now: once the header says more follows, every rank waits for it.
+            error = _wire.out_of_range(payload)
+            if error is not None:
+                status, payload = _refusal(error)
+        try:
+            fits = self._put_payload(payload)
+        except struct.error as cause:  # a value int64 cannot carry, as encode would refuse it
+            found = _wire.out_of_range(payload)
+            status, payload = _refusal(found or InvalidArgumentTypeError(f"'effects': {cause}"))
+            fits = self._put_payload(payload)
+        self._write(0, header_words(status if fits else status | FOLLOWS, len(payload)))
+        return payload
+
+    def _put_payload(self, payload: list[int]) -> bool:
+        fits = HEADER + len(payload) <= self.capacity
+        if fits:
+            self._write(HEADER, payload)
+        return fits
+
+    def _live_group(self) -> dist.ProcessGroup:
+        group = self._group()
+        assert group is not None  # the caller holds it: it is this step's group
+        return group
+
+    def _start(self, root: int) -> dist.Work:
+        """Start the broadcast of the buffer from group rank ``root``: the one collective a step."""
+        # The group's own broadcast: dist.broadcast's checks, made once per group here, cost
+        # more than the collective itself on a small step.
+        return self._live_group().broadcast(self._wire, root)
+
+    def _send(self, root: int) -> None:
+        """Broadcast the buffer from group rank ``root``; then every rank's host buffer holds it."""
+        self._start(root).wait()
+        if self._wire is not self._tensor and self._group_rank != root:
             self._tensor.copy_(self._wire)
 
     def _write(self, at: int, words: Iterable[int]) -> None:
         words = list(words)
         # struct packs a list of ints several times faster than array() or torch.tensor()
         struct.pack_into(f"{len(words)}q", self._host, 8 * at, *words)
+        if self._wire is not self._tensor:  # a device buffer (NCCL): the host's words go with it
+            self._wire[at : at + len(words)].copy_(self._tensor[at : at + len(words)])
 
 
 def _encode(effects: Iterable[Effect] | None) -> tuple[int, list[int]]:
     """The sender's status and payload: the effects' words, or its refusal message."""
     try:
-        words = _wire.encode(() if effects is None else effects)
+        # The range check is the packing's (struct refuses what int64 cannot carry).
+        words = _wire.encode(() if effects is None else effects, ranged=False)
     except SsmRollbackError as error:
-        return REFUSED, list(str(error).encode("utf-8"))
+        return _refusal(error)
     if len(words) > MAX_WORDS:
-        message = f"'effects' must encode to at most {MAX_WORDS} words, got {len(words)}"
-        return REFUSED, list(message.encode("utf-8"))
+        return _refusal(
+            InvalidArgumentError(
+                f"'effects' must encode to at most {MAX_WORDS} words, got {len(words)}"
+            )
+        )
     return OK, words
 
 
-# Keyed by the group's id, holding the group itself: a destroyed and re-created
-# group is a new object, so it shakes hands anew (the id cannot be reused while held).
-_CHANNELS: Final[dict[int, _Channel]] = {}
+def _group_rank(group: dist.ProcessGroup, src: int) -> int:
+    try:
+        return dist.get_group_rank(group, src)
+    except (ValueError, RuntimeError):  # every rank of the group refuses alike
+        raise InvalidArgumentError(f"'src' must be a rank of the group, got {src}") from None
+
+
+def _refusal(error: SsmRollbackError) -> tuple[int, list[int]]:
+    return REFUSED, list(str(error).encode("utf-8"))
+
+
+# Keyed weakly by the group: a destroyed and re-created group is a new object,
+# so it shakes hands anew, and a dead group's buffer goes with it.
+_CHANNELS: Final[weakref.WeakKeyDictionary[dist.ProcessGroup, _Channel]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _channel(group: dist.ProcessGroup | None) -> _Channel:
     """The group's channel, after the handshake (rule 1) on its first step."""
     resolved = dist.group.WORLD if group is None else group
     assert resolved is not None  # the caller checked that a process group is initialised
-    found = _CHANNELS.get(id(resolved))
-    if found is not None and found._group is resolved:
+    found = _CHANNELS.get(resolved) if isinstance(resolved, dist.ProcessGroup) else None
+    if found is not None:
         return found
+    me = dist.get_rank(resolved)  # -1 where this rank is not in the group
+    if me < 0 or not isinstance(resolved, dist.ProcessGroup):
+        raise InvalidArgumentError(
+            f"'group' must hold this rank ({dist.get_rank()}) to broadcast effects over it"
+        )
     device = (
         torch.device("cuda", torch.cuda.current_device())
         if dist.get_backend(resolved) == "nccl"
         else torch.device("cpu")
     )
     formats = torch.zeros(dist.get_world_size(resolved), dtype=torch.int64)
-    formats[dist.get_rank(resolved)] = _wire.MAGIC
+    formats[me] = _wire.MAGIC
     formats = formats.to(device)
     dist.all_reduce(formats, group=resolved)
     seen: list[int] = formats.tolist()
@@ -160,9 +233,9 @@ def _channel(group: dist.ProcessGroup | None) -> _Channel:
             f"every rank must speak wire format {_wire.MAGIC:#x}, got formats by rank "
             f"{[hex(f) for f in seen]}: mixed library versions"
         )
-    channel = _Channel(resolved, device, dist.get_rank())
+    channel = _Channel(weakref.ref(resolved), device, dist.get_rank(), me)
     channel.grow(FIRST_CAPACITY)
-    _CHANNELS[id(resolved)] = channel
+    _CHANNELS[resolved] = channel
     return channel
 
 
@@ -176,5 +249,5 @@ def step(
 def channel_capacity(group: dist.ProcessGroup | None) -> int:
     """The words a step's broadcast carries on ``group`` now (0 before its first step)."""
     resolved = dist.group.WORLD if group is None else group
-    found = _CHANNELS.get(id(resolved))
-    return found.capacity if found is not None and found._group is resolved else 0
+    found = _CHANNELS.get(resolved) if isinstance(resolved, dist.ProcessGroup) else None
+    return 0 if found is None else found.capacity

@@ -10,7 +10,9 @@ built anew.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
+from operator import add
 from typing import Final
 
 from ._effect_values import SsmSnapshotRestore, SsmSnapshotSave, SsmStateAccept, trusted_save
@@ -20,6 +22,20 @@ __all__ = ["accepts", "restore", "save", "save_batch"]
 
 _new = object.__new__
 _set = object.__setattr__
+
+
+def _slot_setter(cls: type, name: str) -> Callable[[object, int], None]:
+    """The slot's own descriptor: cheaper than ``object.__setattr__``, which looks it up anew."""
+    owner = next(k for k in cls.__mro__ if name in vars(k))
+    setter: Callable[[object, int], None] = vars(owner)[name].__set__
+    return setter
+
+
+_RESTORE_FIELDS: Final = tuple(
+    _slot_setter(SsmSnapshotRestore, name) for name in ("seq", "slot", "token_position", "ticket")
+)
+_UNSHIFTED: Final = partial(add, LIVE)  # a source on the wire, back: 0 -> LIVE, i + 1 -> i
+_ACCEPT_FIELDS: Final = tuple(_slot_setter(SsmStateAccept, name) for name in ("seq", "index"))
 
 #: The most interned accepts kept; past it the table starts again (a bound, not a tuning knob).
 ACCEPT_LIMIT: Final = 1 << 16
@@ -45,25 +61,27 @@ def accepts(seqs: Sequence[int], indices: Sequence[int]) -> list[SsmStateAccept]
 
 
 def _accept(seq: int, index: int) -> SsmStateAccept:
-    accept = _new(SsmStateAccept)
-    _set(accept, "seq", seq)
-    _set(accept, "index", index)
+    accept: SsmStateAccept = _new(SsmStateAccept)
+    set_seq, set_index = _ACCEPT_FIELDS
+    set_seq(accept, seq)
+    set_index(accept, index)
     return accept
 
 
 def restore(seq: int, slot: int, position: int, ticket: int) -> SsmSnapshotRestore:
     """An ``SsmSnapshotRestore`` from checked ints."""
-    made = _new(SsmSnapshotRestore)
-    _set(made, "seq", seq)
-    _set(made, "slot", slot)
-    _set(made, "token_position", position)
-    _set(made, "ticket", ticket)
+    made: SsmSnapshotRestore = _new(SsmSnapshotRestore)
+    set_seq, set_slot, set_position, set_ticket = _RESTORE_FIELDS
+    set_seq(made, seq)
+    set_slot(made, slot)
+    set_position(made, position)
+    set_ticket(made, ticket)
     return made
 
 
 def save(seq: int, slot: int, position: int, ticket: int, source: int) -> SsmSnapshotSave:
-    """An ``SsmSnapshotSave`` from checked ints; a source of ``LIVE`` is the live state."""
-    return trusted_save(seq, slot, position, ticket, None if source == LIVE else source)
+    """An ``SsmSnapshotSave`` from checked ints; ``source`` as on the wire (0: the live state)."""
+    return trusted_save(seq, slot, position, ticket, source - 1 if source else None)
 
 
 def save_batch(
@@ -73,11 +91,11 @@ def save_batch(
     tickets: tuple[int, ...],
     sources: tuple[int, ...] | None = None,
 ) -> SaveBatch:
-    """A ``SaveBatch`` over checked columns, kept as they are (an all-``LIVE`` column too)."""
-    batch = _new(SaveBatch)
+    """A ``SaveBatch`` over checked columns; ``sources`` as on the wire (0: ``LIVE``), kept."""
+    batch: SaveBatch = _new(SaveBatch)
     _set(batch, "seqs", seqs)
     _set(batch, "slots", slots)
     _set(batch, "positions", positions)
     _set(batch, "tickets", tickets)
-    _set(batch, "sources", sources)
+    _set(batch, "sources", None if sources is None else tuple(map(_UNSHIFTED, sources)))
     return batch
