@@ -6,22 +6,23 @@ into rows ``dst[k]`` of another, decided on the host from the row ids alone:
 
 - the destination rows form a range (in any order): one ``index_select``
   straight into a ``narrow`` view of them, on every device;
-- else, on the CPU with one torch thread: one ``torch._foreach_copy_`` per
-  tensor over the rows' own views, kept between calls and taken in
-  source-row order. Each byte is read once and written once. A gather into
-  a scratch buffer and a scatter out of it move every byte twice: twice the
-  memory traffic once the scratch outgrows the caches, which held such
-  copies to about half the speed of a contiguous copy;
-- else (more threads, or off the CPU): when the source rows form a range,
-  one ``index_copy_`` from a ``narrow`` view of them; otherwise the rows are
-  gathered into a scratch buffer kept between calls and scattered from it.
-  Each of these ops splits its rows over the threads in one parallel
-  region, where every row's own copy would open a region of its own: on a
-  busy machine each such region waits for a time slice (two threads on two
-  loaded cores made a random half of 1,024 rows up to 20 times slower). On
-  a GPU they stay single kernels, where ``_foreach_copy_`` over the row
-  views of a stacked ``[L, B, ...]`` tensor (not dense) would fall back to
-  one copy kernel per row.
+- else, on the CPU with one torch thread, for each tensor whose rows hold
+  ``WIDE_ROW_BYTES`` or more: one ``torch._foreach_copy_`` over the rows'
+  own views, kept between calls and taken in source-row order. Each byte
+  is read once and written once. A gather into a scratch buffer and a
+  scatter out of it move every byte twice: twice the memory traffic once
+  the scratch outgrows the caches, which held such copies to about half
+  the speed of a contiguous copy;
+- else (narrower rows, more threads, or off the CPU): when the source rows
+  form a range, one ``index_copy_`` from a ``narrow`` view of them;
+  otherwise the rows are gathered into a scratch buffer kept between calls
+  and scattered from it. Each of these ops splits its rows over the threads
+  in one parallel region, where every row's own copy would open a region of
+  its own: on a busy machine each such region waits for a time slice (two
+  threads on two loaded cores made a random half of 1,024 rows up to 20
+  times slower). On a GPU they stay single kernels, where ``_foreach_copy_``
+  over the row views of a stacked ``[L, B, ...]`` tensor (not dense) would
+  fall back to one copy kernel per row.
 
 Index tensors are built from ``array.array`` through ``torch.frombuffer``
 (no per-element Python work in torch), and off the CPU they travel from
@@ -37,15 +38,15 @@ from typing import Final
 
 import torch
 
-__all__ = ["Copier", "RowSet", "row_views"]
+__all__ = ["WIDE_ROW_BYTES", "Copier", "RowSet", "row_views"]
 
 
 class RowSet:
     """One set of state tensors viewed as ``[*lead, rows, row]``, and each row's own view.
 
     The per-row views are what the CPU's single-pass copy hands to
-    ``_foreach_copy_``. They are made once, on the first copy that needs
-    them (one ``unbind`` per tensor; about 2.5 us and 0.6 KB of host memory
+    ``_foreach_copy_``. They are made once per tensor, on the first copy
+    that needs them (one ``unbind``; about 2.5 us and 0.6 KB of host memory
     a view), and kept: made per call they would cost more than the copy of
     a small batch.
     """
@@ -53,13 +54,21 @@ class RowSet:
     def __init__(self, tensors: Sequence[torch.Tensor], batch_dim: int) -> None:
         self.tensors: list[torch.Tensor] = list(tensors)
         self._dim = batch_dim
-        self._rows: list[list[torch.Tensor]] | None = None
+        self._rows: list[list[torch.Tensor] | None] = [None] * len(self.tensors)
 
-    def rows(self) -> list[list[torch.Tensor]]:
-        """``rows()[i][r]``: row ``r`` of tensor ``i``, a view over its memory."""
-        if self._rows is None:
-            self._rows = [list(t.unbind(self._dim)) for t in self.tensors]
-        return self._rows
+    def rows(self, i: int) -> list[torch.Tensor]:
+        """``rows(i)[r]``: row ``r`` of tensor ``i``, a view over its memory."""
+        rows = self._rows[i]
+        if rows is None:
+            rows = self._rows[i] = list(self.tensors[i].unbind(self._dim))
+        return rows
+
+
+#: A tensor's rows go one by one (on one CPU thread) from this many bytes a
+#: row. Below it the fixed cost of a row's own copy (about 1 us) outweighs
+#: the second pass of the index ops, whose scratch then stays in the caches:
+#: 512 of 1,024 rows broke even at about 6 KB a row on a 2.6 GHz Xeon.
+WIDE_ROW_BYTES: Final = 8192
 
 
 class Copier:
@@ -68,12 +77,25 @@ class Copier:
     def __init__(
         self, row_shapes: Sequence[torch.Tensor], batch_dim: int, *, per_row: bool | None = None
     ) -> None:
-        """``per_row``: copy scattered rows by ``_foreach_copy_`` (default: on one CPU thread)."""
+        """Copy scattered rows by ``_foreach_copy_`` for every tensor, or none, or by row width.
+
+        ``per_row=True``: every tensor; ``False``: none; ``None`` (the
+        default): on the CPU, the tensors whose rows hold ``WIDE_ROW_BYTES``
+        or more, in calls made while torch runs one thread.
+        """
         self._dim = batch_dim
         device = row_shapes[0].device
         self._device = device
         self._to_device = device.type != "cpu"
-        self._per_row = False if self._to_device and per_row is None else per_row
+        self._auto = per_row is None
+        if per_row is None:
+            per_row = not self._to_device
+            self._wide = [
+                per_row and _row_bytes(t, batch_dim) >= WIDE_ROW_BYTES for t in row_shapes
+            ]
+        else:
+            self._wide = [per_row] * len(row_shapes)
+        self._none = [False] * len(row_shapes)
         # For the index ops: one flat buffer per state tensor, in its row-view
         # dtype; grown, never shrunk.
         self._scratch: list[torch.Tensor] = [
@@ -86,27 +108,42 @@ class Copier:
         ``dst`` holds no row twice (the batch checks refuse a row twice).
         """
         dim, count = self._dim, len(src)
-        pairs = zip(source.tensors, target.tensors, strict=True)
         first, order = _as_range(dst, src)
         if first is not None:
             (index,) = self._indices(order)
-            for s, t in pairs:
+            for s, t in zip(source.tensors, target.tensors, strict=True):
                 torch.index_select(s, dim, index, out=t.narrow(dim, first, count))
             return
-        per_row = self._per_row
-        if per_row is None:  # the CPU: asked per call, as the thread count can change
-            per_row = torch.get_num_threads() == 1
-        if per_row:
-            _each_row(source, target, src, dst)
-            return
+        by_row = self._by_row()
+        if any(by_row):
+            _each_row(source, target, src, dst, by_row)
+        if not all(by_row):
+            self._by_index(source, target, src, dst, by_row)
+
+    def _by_row(self) -> list[bool]:
+        """Which tensors go row by row in this call (the thread count can change between calls)."""
+        if self._auto and torch.get_num_threads() != 1:
+            return self._none
+        return self._wide
+
+    def _by_index(
+        self, source: RowSet, target: RowSet, src: list[int], dst: list[int], skip: list[bool]
+    ) -> None:
+        """Index ops for the tensors not in ``skip``: one each (source rows a range) or two."""
+        dim, count = self._dim, len(src)
+        pairs = [
+            (i, s, t)
+            for i, (s, t, done) in enumerate(zip(source.tensors, target.tensors, skip, strict=True))
+            if not done
+        ]
         first, order = _as_range(src, dst)
         if first is not None:
             (index,) = self._indices(order)
-            for s, t in pairs:
+            for _, s, t in pairs:
                 t.index_copy_(dim, index, s.narrow(dim, first, count))
             return
         src_index, dst_index = self._indices(src, dst)
-        for i, (s, t) in enumerate(pairs):
+        for i, s, t in pairs:
             gathered = self._scratch_for(i, s, count)
             torch.index_select(s, dim, src_index, out=gathered)
             t.index_copy_(dim, dst_index, gathered)
@@ -137,8 +174,10 @@ class Copier:
         return [tensor[k * count : (k + 1) * count] for k in range(len(columns))]
 
 
-def _each_row(source: RowSet, target: RowSet, src: list[int], dst: list[int]) -> None:
-    """One ``_foreach_copy_`` per tensor over the rows' own views: a single pass.
+def _each_row(
+    source: RowSet, target: RowSet, src: list[int], dst: list[int], by_row: list[bool]
+) -> None:
+    """One ``_foreach_copy_`` per tensor in ``by_row``, over the rows' own views: a single pass.
 
     Taken in source-row order (the order of the batch does not matter: no
     row is written twice), so reads stream through memory and, for saves
@@ -147,8 +186,16 @@ def _each_row(source: RowSet, target: RowSet, src: list[int], dst: list[int]) ->
     if any(b < a for a, b in pairwise(src)):
         order = sorted(range(len(src)), key=src.__getitem__)
         src, dst = [src[k] for k in order], [dst[k] for k in order]
-    for from_rows, to_rows in zip(source.rows(), target.rows(), strict=True):
-        torch._foreach_copy_([to_rows[r] for r in dst], [from_rows[r] for r in src])
+    for i, wide in enumerate(by_row):
+        if wide:
+            from_rows, to_rows = source.rows(i), target.rows(i)
+            torch._foreach_copy_([to_rows[r] for r in dst], [from_rows[r] for r in src])
+
+
+def _row_bytes(rows: torch.Tensor, batch_dim: int) -> int:
+    """Bytes of one row's own view of ``rows``."""
+    count = rows.shape[batch_dim]
+    return 0 if count == 0 else rows.numel() // count * rows.element_size()
 
 
 def _as_range(rows: list[int], other: list[int]) -> tuple[int | None, list[int]]:
