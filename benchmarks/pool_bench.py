@@ -23,7 +23,9 @@ side by side in one run, interleaved, medians of several rounds:
 
 Torch runs on ``--threads`` CPU threads (1 by default), and the process is
 pinned to as many CPUs (``--cpus``, by default the first ones it may use)
-for stable numbers.
+for stable numbers. On one thread the pool copies scattered wide rows in a
+single pass, row by row; on more it keeps the index ops, one parallel
+region each (docs/torch-pool.md says why).
 
 It prints b/a (the speed-up over the loop), c/a (how close to the limit; 1.0
 means as fast as a plain contiguous copy) and the achieved GB/s (bytes of
