@@ -529,6 +529,14 @@ def test_a_corrupted_header_is_a_wire_error_and_the_group_goes_on(
 
 
 @pytest.mark.usefixtures("one_rank")
+def test_a_negative_word_on_the_wire_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    forged = [_wire.MAGIC, 1, _wire.ACCEPTS, 1, -1, 0]  # seq -1: no sender could build it
+    monkeypatch.setattr(_wire, "encode", lambda effects, *, ranged=True: forged)
+    with pytest.raises(tp.WireError, match="ints >= 0, got -1 at word 4"):
+        tp.broadcast_effects([SsmStateAccept(0, 0)], src=0)
+
+
+@pytest.mark.usefixtures("one_rank")
 def test_a_header_that_says_more_follows_grows_every_rank_alike(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
