@@ -3,14 +3,18 @@
     python benchmarks/tp_bench.py            # the full run
     python benchmarks/tp_bench.py --smoke    # a quick pass that only checks it runs
 
-Two ranks on loopback over gloo. Each round moves one step's effects for
-1,024 rows - a ``SaveBatch`` of the boundary rows, a few rollbacks'
-restores and a verify step's accepts - from rank 0 to rank 1 both ways,
-interleaved: ``broadcast_effects`` (one int64 tensor after a header) and
-``broadcast_object_list`` of ``effect.to_dict()`` with ``effect_from_dict``
-on the receiver (what v0.1 offered). Both end with the effects as values on
-every rank. Medians over the rounds; the ratio is what matters on a busy
-machine.
+Two ranks on loopback over gloo, torch pinned to one thread. Each round
+moves one step's effects for 1,024 rows - a ``SaveBatch`` of the boundary
+rows, a few rollbacks' restores and a verify step's accepts; eight such
+steps in turn - from rank 0 to rank 1 by each path, interleaved and in
+rotating order: ``broadcast_effects`` (one broadcast of the group's buffer)
+and ``broadcast_object_list`` of ``effect.to_dict()`` with
+``effect_from_dict`` on the receiver (what v0.1 offered), both ending with
+the effects as values on every rank; and bare broadcasts of the same sizes,
+each path's collective floor. The worker's clock runs from the common
+barrier until it holds the effects; medians (and the tenth percentile) over
+the rounds. Last, each path's Python work off the wire, in one process:
+where the time goes.
 """
 
 from __future__ import annotations
