@@ -36,6 +36,7 @@ from ssm_rollback import (
     RollbackPlan,
     SaveBatch,
     SsmDecodeRing,
+    SsmSnapshotRestore,
     SsmSnapshotSave,
     SsmStateAccept,
     _wire,
@@ -502,6 +503,38 @@ def test_a_step_of_any_size_arrives_and_the_buffer_grows_to_hold_it(rows: int) -
     assert capacity == (1024 if needed <= 1024 else max(2048, 1 << (needed - 1).bit_length()))
     assert tp.broadcast_effects(step, src=0) == tuple(step)
     assert _wire_channel.channel_capacity(None) == capacity  # no growth when it fits
+
+
+def random_step(rng: random.Random) -> list[Effect]:
+    """Runs of every kind, sources live and staged, sizes from nothing to past the buffer."""
+    step: list[Effect] = []
+    for _ in range(rng.randint(0, 6)):
+        kind, n = rng.randrange(4), rng.choice([0, 1, 3, 40, 700])
+        rows = range(rng.randrange(1_000), 2_000)
+        for r in rng.sample(rows, min(n, 60)) if kind < 3 else ():
+            if kind == 0:
+                step.append(SsmSnapshotSave(r, r % 5, r + 1, r * 7, rng.choice([None, 0, 3])))
+            elif kind == 1:
+                step.append(SsmSnapshotRestore(r, r % 5, r + 1, r * 7))
+            else:
+                step.append(SsmStateAccept(r, rng.randrange(4)))
+        if kind == 3:
+            sources = None if rng.random() < 0.5 else [rng.randrange(-1, 4) for _ in range(n)]
+            step.append(
+                SaveBatch(range(n), [1] * n, range(n), [2**40 + i for i in range(n)], sources)
+            )
+    return step
+
+
+@pytest.mark.usefixtures("one_rank")
+def test_random_steps_arrive_equal_to_what_was_sent() -> None:
+    rng = random.Random(5)
+    for _ in range(60):
+        step = random_step(rng)
+        got = tp.broadcast_effects(step, src=0)
+        assert got == tuple(step)
+        assert [type(e) for e in got] == [type(e) for e in step]
+    assert _wire_channel.channel_capacity(None) > 1024  # some step outgrew the first buffer
 
 
 @pytest.mark.usefixtures("one_rank")
