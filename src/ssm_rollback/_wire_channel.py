@@ -64,7 +64,6 @@ class _Channel:
     _host: array[int] = attrs.field(factory=lambda: array("q"))
     _view: memoryview = attrs.field(factory=lambda: memoryview(b""))
     _wire: torch.Tensor = attrs.field(factory=lambda: torch.empty(0, dtype=torch.int64))
-
     _tensor: torch.Tensor = attrs.field(factory=lambda: torch.empty(0, dtype=torch.int64))
     _roots: dict[int, int] = attrs.field(factory=dict)  # src's global rank -> its group rank
 
