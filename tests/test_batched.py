@@ -139,6 +139,73 @@ def test_numpy_inputs_are_read_through_tolist() -> None:
     assert all(type(v) is int for v in batch.positions)
 
 
+@pytest.mark.parametrize("library", ["numpy", "torch", "array"])
+def test_typed_arrays_take_the_fast_path_and_still_refuse_bad_elements(library: str) -> None:
+    """An integer or bool array skips the element type scan; its values are still checked."""
+
+    def column(values: list[int] | list[bool], kind: str) -> object:
+        if library == "array":
+            return array.array("q" if kind == "int" else "b", values)
+        module = pytest.importorskip(library)
+        dtype = getattr(module, "int32" if kind == "int" else "bool")
+        make = module.tensor if library == "torch" else module.array
+        return make(values, dtype=dtype)
+
+    rings = [SsmDecodeRing(2) for _ in range(3)]
+    batch = snapshot_boundaries(
+        rings,
+        positions=column([3, 4, 5], "int"),
+        is_boundary=column([True, False, True], "bool"),
+        in_thinking=column([False, False, False], "bool"),
+        rows=column([0, 1, 2], "int"),
+    )
+    assert (batch.seqs, batch.positions) == ((0, 2), (3, 5))
+    assert all(type(v) is int for column_ in (batch.seqs, batch.positions) for v in column_)
+    before = [ring.entries for ring in rings]
+    with pytest.raises(InvalidArgumentError, match=r"'positions\[1\]' must be an int >= 0"):
+        snapshot_boundaries(
+            rings,
+            positions=column([9, -4, 9], "int"),
+            is_boundary=column([True, True, True], "bool"),
+            in_thinking=column([False, False, False], "bool"),
+        )
+    assert [ring.entries for ring in rings] == before
+
+
+@pytest.mark.parametrize("name", ["is_boundary", "in_thinking"])
+@pytest.mark.parametrize("bad", [1.0, 0.0], ids=repr)
+def test_float_flags_are_refused_though_they_equal_a_bool(name: str, bad: float) -> None:
+    """``1.0 == True``: a check by equality would let a float column through."""
+    arguments: dict[str, object] = {
+        "positions": [1, 2],
+        "is_boundary": [True, True],
+        "in_thinking": [False, False],
+    }
+    arguments[name] = [bad, False]
+    with pytest.raises(InvalidArgumentError, match=rf"'{name}\[0\]' must be a bool"):
+        snapshot_boundaries([SsmDecodeRing(1), SsmDecodeRing(1)], **arguments)
+
+
+def test_float_arrays_take_the_checked_path() -> None:
+    np = pytest.importorskip("numpy")
+    rings = [SsmDecodeRing(1), SsmDecodeRing(1)]
+    with pytest.raises(InvalidArgumentError, match=r"'positions\[0\]'"):
+        snapshot_boundaries(
+            rings,
+            positions=np.array([1.0, 2.0]),
+            is_boundary=np.array([True, True]),
+            in_thinking=np.array([False, False]),
+        )
+    with pytest.raises(InvalidArgumentError, match=r"'is_boundary\[0\]' must be a bool"):
+        snapshot_boundaries(
+            rings,
+            positions=np.array([1, 2]),
+            is_boundary=np.array([1.0, 1.0]),
+            in_thinking=np.array([False, False]),
+        )
+    assert [len(ring) for ring in rings] == [0, 0]
+
+
 def test_rows_pick_which_rings_the_columns_belong_to() -> None:
     rings = {7: SsmDecodeRing(2), 2: SsmDecodeRing(2)}
     batch = snapshot_boundaries(

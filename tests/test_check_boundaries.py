@@ -111,16 +111,17 @@ def test_the_pair_at_indices_0_and_1_is_validated() -> None:
 # -- the ring's invariant checker ---------------------------------------------------------------
 
 
-def test_check_valid_refuses_a_slot_equal_to_the_capacity() -> None:
-    """Off by one in check_valid's slot range: slot ``capacity`` is outside ``[0, capacity)``."""
+def test_check_valid_refuses_slot_tables_one_longer_than_the_capacity() -> None:
+    """Off by one in check_valid's length check: a table of ``capacity + 1`` slots."""
     ring = ring_with(3, 1, 2)
-    tickets = dict(ring._ticket_of)
-    tickets[3] = tickets.pop(1)
-    _corrupt(ring, "_slot_of", {1: 0, 2: 3})
-    _corrupt(ring, "_owner_of", {0: 1, 3: 2})
-    _corrupt(ring, "_ticket_of", tickets)
-    with pytest.raises(InvariantError, match=r"slot 3 outside \[0, 3\)"):
+    tickets = list(ring._tickets)
+    _corrupt(ring, "_positions", [1, 2, -1, -1])
+    _corrupt(ring, "_tickets", [*tickets, 0, 0])
+    with pytest.raises(InvariantError, match="4 positions and 4 tickets for capacity 3"):
         ring.check_valid()
+    full = ring_with(3, 1, 2, 3)
+    assert len(full._positions) == full.capacity
+    full.check_valid()
 
 
 # -- the ring depth policy -----------------------------------------------------------------------
@@ -139,20 +140,23 @@ def test_a_fit_of_exactly_max_slots_is_the_maximum_rule() -> None:
 # -- the invariant checker, failed saves, stale restores and copy errors ------------------------
 
 
-def test_check_valid_refuses_an_owner_without_a_live_entry() -> None:
-    """The owner-count check dropped: a slot owned by a position that is not live."""
-    ring = ring_with(3, 1, 2)
-    _corrupt(ring, "_owner_of", {0: 1, 1: 2, 2: 9})
-    with pytest.raises(InvariantError, match="owners disagree"):
-        ring.check_valid()
+def test_the_newest_slot_is_found_across_the_wrap() -> None:
+    """The newest-slot guess at ``cursor - 1`` when the cursor has wrapped to 0."""
+    ring = ring_with(3, 1, 2, 3)
+    assert ring.next_slot == 0
+    assert ring.slot_for_position(3) == 2
+    entry = ring.entry_for(3)
+    assert entry is not None
+    assert entry.snapshot_slot == 2
+    ring.discard(3)
+    assert (ring.next_slot, ring.slot_for_position(2)) == (2, 1)
 
 
 def test_check_valid_refuses_tickets_out_of_order() -> None:
     """The ticket-order check dropped: an older entry with a newer ticket than a later one."""
     ring = ring_with(3, 1, 2)
-    tickets = dict(ring._ticket_of)
-    tickets[0], tickets[1] = tickets[1], tickets[0]
-    _corrupt(ring, "_ticket_of", tickets)
+    first, second = ring._tickets
+    _corrupt(ring, "_tickets", [second, first])
     with pytest.raises(InvariantError, match="not ascending"):
         ring.check_valid()
 

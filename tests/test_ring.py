@@ -235,24 +235,25 @@ def _corrupt(ring: SsmDecodeRing, field: str, value: object) -> None:
 
 
 @pytest.mark.parametrize(
-    ("field", "value", "message"),
+    ("fields", "message"),
     [
-        ("_slot_of", {1: 0, 2: 1, 3: 2, 4: 0}, "exceed capacity"),
-        ("_slot_of", {1: 0, 2: 0}, "share a slot"),
-        ("_owner_of", {0: 1, 1: 1}, "owners disagree"),
-        ("_slot_of", {1: 0, 2: 7}, "outside"),
-        ("_slot_of", {2: 0, 1: 1}, "not strictly ascending"),
-        ("_cursor", 3, "cursor 3 outside"),
-        ("_newest", 7, "cached newest position 7"),
+        ({"_positions": [1, 2, 3, 4], "_tickets": [1, 2, 3, 4]}, "4 positions .* capacity 3"),
+        ({"_tickets": [1]}, "2 positions and 1 tickets"),
+        ({"_positions": [1, 1]}, "share a position"),
+        ({"_positions": [-5, 2]}, "one is negative"),
+        ({"_positions": [2, 1]}, "not strictly ascending"),
+        ({"_tickets": [9, 3]}, "tickets are missing or not ascending"),
+        ({"_tickets": [0, 3]}, "tickets are missing or not ascending"),
+        ({"_cursor": 3}, "cursor 3 outside"),
+        ({"_positions": [1], "_tickets": [1]}, "past the slots used"),
+        ({"_newest": 7}, "cached newest position 7"),
     ],
 )
-def test_check_valid_names_the_broken_invariant(field: str, value: object, message: str) -> None:
+def test_check_valid_names_the_broken_invariant(fields: dict[str, object], message: str) -> None:
     ring = filled(3, 1, 2)
     ring.check_valid()
-    if field == "_slot_of":
-        assert isinstance(value, dict)
-        _corrupt(ring, "_owner_of", {s: p for p, s in value.items()})
-    _corrupt(ring, field, value)
+    for field, value in fields.items():
+        _corrupt(ring, field, value)
     with pytest.raises(InvariantError, match=message):
         ring.check_valid()
 

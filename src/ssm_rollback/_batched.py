@@ -31,28 +31,52 @@ __all__ = ["snapshot_boundaries"]
 Column = Sequence[int] | Sequence[bool] | object
 
 
-def _as_list(name: str, values: object) -> list[object]:
+# Element types a typed array's ``tolist()`` is known to give, by its dtype
+# (numpy, torch) or typecode (``array.array``): a column of one of these skips
+# the per-element type scan.
+_INT_TYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+_KNOWN_TYPES: dict[str, type] = {
+    **dict.fromkeys(_INT_TYPES, int),
+    **{f"torch.{name}": int for name in _INT_TYPES},
+    **dict.fromkeys("bBhHiIlLqQ", int),
+    "bool": bool,
+    "torch.bool": bool,
+}
+
+
+def _as_list(name: str, values: object) -> tuple[list[object], type | None]:
+    """The column as a list, and the type every element is known to have (or ``None``)."""
+    known = None
     if hasattr(values, "tolist"):  # numpy arrays, CPU torch tensors, array.array
+        dtype = getattr(values, "dtype", None) or getattr(values, "typecode", None)
+        known = _KNOWN_TYPES.get(str(dtype))
         values = values.tolist()
     if isinstance(values, str | bytes | Mapping) or not isinstance(values, Sequence):
         raise InvalidArgumentTypeError(
             f"'{name}' must be a sequence (a list, an array.array, or an array with tolist()), "
             f"got {type(values).__name__}"
         )
-    return values if type(values) is list else list(values)
+    if type(values) is not list:
+        return list(values), None
+    return values, known
 
 
-def _ints(name: str, values: list[object]) -> list[int]:
-    # One pass of C-speed checks; the element loop runs only to name a bad one.
-    if values and set(map(type, values)) == {int}:
+def _ints(name: str, column: tuple[list[object], type | None]) -> list[int]:
+    values, known = column
+    # C-speed checks (none per element for an integer array); the element loop
+    # runs only to name a bad one.
+    if values and (known is int or set(map(type, values)) == {int}):
         ints = cast(list[int], values)
         if min(ints) >= 0:
             return ints
     return [check_non_negative_int(f"{name}[{i}]", value) for i, value in enumerate(values)]
 
 
-def _flags(name: str, values: list[object]) -> list[object]:
+def _flags(name: str, column: tuple[list[object], type | None]) -> list[object]:
     # bool, or 0/1: ``array.array`` and some integer tensors cannot hold bools.
+    values, known = column
+    if known is bool:
+        return values
     types = set(map(type, values))
     if types and types != {bool} and not (types <= {bool, int} and set(values) <= {0, 1}):
         for i, value in enumerate(values):
@@ -64,7 +88,7 @@ def _flags(name: str, values: list[object]) -> list[object]:
     return values
 
 
-def _rings_for(rings: object, rows: list[int], in_order: bool) -> list[SsmDecodeRing]:
+def _rings_for(rings: object, rows: Sequence[int], in_order: bool) -> list[SsmDecodeRing]:
     found: list[object]
     if isinstance(rings, Mapping):
         found = list(map(rings.get, rows))
@@ -113,7 +137,7 @@ def snapshot_boundaries(
     boundary = _flags("is_boundary", _as_list("is_boundary", is_boundary))
     thinking = _flags("in_thinking", _as_list("in_thinking", in_thinking))
     n = len(position_list)
-    row_list = list(range(n)) if rows is None else _ints("rows", _as_list("rows", rows))
+    row_list: Sequence[int] = range(n) if rows is None else _ints("rows", _as_list("rows", rows))
     lengths = {
         "positions": n,
         "is_boundary": len(boundary),
@@ -131,10 +155,20 @@ def snapshot_boundaries(
                     f"'rows' must name each row once, got {row} at rows[{first}] and rows[{k}]"
                 )
     ring_list = _rings_for(rings, row_list, in_order=rows is None)
-    # The rows that record: boundary tokens outside thinking (C-speed selection).
-    chosen = [k for k in compress(range(n), boundary) if not thinking[k]]
-    pick = list if len(chosen) == n else lambda column: list(map(column.__getitem__, chosen))
-    chosen_rings, chosen_positions = pick(ring_list), pick(position_list)
+    # The rows that record: boundary tokens outside thinking (C-speed selection;
+    # no selection at all when every row records).
+    thinking_rows = any(thinking)
+    if not thinking_rows and boundary.count(True) == n:
+        chosen: Sequence[int] = range(n)
+        chosen_rings, chosen_positions, chosen_rows = ring_list, position_list, row_list
+    else:
+        if thinking_rows:
+            chosen = [k for k in compress(range(n), boundary) if not thinking[k]]
+        else:
+            chosen = list(compress(range(n), boundary))
+        chosen_rings = list(map(ring_list.__getitem__, chosen))
+        chosen_positions = list(map(position_list.__getitem__, chosen))
+        chosen_rows = chosen if rows is None else list(map(row_list.__getitem__, chosen))
     # Rule 3 of the ring for every chosen row, before any ring changes. A
     # disabled ring's newest position is always -1, so it never trips this.
     newest = list(map(_NEWEST, chosen_rings))
@@ -146,7 +180,7 @@ def snapshot_boundaries(
             f"truncate_after() its ring after a rollback"
         )
     seqs, slots, saved, tickets = SsmDecodeRing._record_rows(
-        chosen_rings, chosen_positions, pick(row_list)
+        chosen_rings, chosen_positions, chosen_rows
     )
     return SaveBatch._trusted(seqs, slots, saved, tickets)
 

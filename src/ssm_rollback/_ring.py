@@ -44,16 +44,21 @@ every method below cites:
    re-recorded after a rollback, or a reused row, from the snapshot it
    replaced; a ticket can.
 
-Cost: ``record``, ``slot_for_position`` and ``discard`` are O(1) and
-``truncate_after`` is O(1) per dropped entry, whatever the capacity: the
-live entries are kept in two dicts (position -> slot in recording order,
-slot -> position) instead of the list the seed scanned on every record.
+Cost: ``record`` is O(1) and a handful of list stores; ``truncate_after``
+walks back over the dropped entries only; the newest-first walk a rollback
+does stops at its hit; ``slot_for_position`` tries the newest slot first
+and otherwise scans the slots at C speed. The live entries are two lists
+indexed by slot (position, -1 for none; ticket), in the cursor's cyclic
+order: read from the cursor round, the live positions ascend (rules 3, 4,
+6 and 7 each keep that so), which is what the walks rely on.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from itertools import compress
+from operator import attrgetter
 from typing import final
 
 import attrs
@@ -68,8 +73,22 @@ from ._errors import (
 __all__ = ["SsmDecodeRing", "SsmRingEntry"]
 
 # Rule 10: one counter for the process, so no two records anywhere share a
-# ticket. ``next`` on an ``itertools.count`` is atomic under the GIL.
-_mint_ticket = itertools.count(1).__next__
+# ticket. ``next`` on an ``itertools.count`` is atomic under the GIL. Each call
+# hands out a block of _BLOCK tickets: a single record uses the first, a
+# batch of rows uses one block per _BLOCK rows, so a step mints its tickets
+# with one call instead of one per row. Later calls give larger tickets, so a
+# ring's tickets still ascend with its positions.
+_BLOCK = 1 << 16
+_mint_ticket = itertools.count(_BLOCK, _BLOCK).__next__
+
+
+def _mint_tickets(count: int) -> range | list[int]:
+    """``count`` fresh tickets, ascending."""
+    if count <= _BLOCK:
+        first = _mint_ticket()
+        return range(first, first + count)
+    blocks = [_mint_ticket() for _ in range(-(-count // _BLOCK))]
+    return [block + i for block in blocks for i in range(_BLOCK)][:count]
 
 
 def _non_negative_int(_instance: object, attribute: attrs.Attribute[int], value: int) -> None:
@@ -108,15 +127,14 @@ class SsmDecodeRing:
     """
 
     _capacity: int = attrs.field(converter=_capacity)
-    # position -> slot, in recording order (= ascending position, rule 3).
-    # Plain ints, not NewTypes: a NewType call costs ~100 ns on the per-boundary
-    # path, and the two dicts are only touched in this module.
-    _slot_of: dict[int, int] = attrs.field(init=False, factory=dict)
-    # slot -> position: who owns each slot, for eviction (rule 5).
-    _owner_of: dict[int, int] = attrs.field(init=False, factory=dict)
-    # slot -> ticket of the slot's newest record (rule 10); read only through
-    # a live entry's slot, so entries of dropped slots may linger here.
-    _ticket_of: dict[int, int] = attrs.field(init=False, factory=dict)
+    # slot -> the position it holds, _EMPTY for none. Grown one slot at a time
+    # as the cursor first reaches it (a huge capacity costs nothing up front);
+    # the cursor never passes its end. Plain ints, not NewTypes: a NewType call
+    # costs ~100 ns on the per-boundary path, and only this module reads it.
+    _positions: list[int] = attrs.field(init=False, factory=list)
+    # slot -> ticket of the slot's newest record (rule 10); meaningful only
+    # where the slot holds a position.
+    _tickets: list[int] = attrs.field(init=False, factory=list)
     _cursor: int = attrs.field(init=False, default=0)
     # The newest live position (-1 when none): the order check of rule 3.
     _newest: int = attrs.field(init=False, default=-1)
@@ -139,14 +157,14 @@ class SsmDecodeRing:
     @property
     def entries(self) -> tuple[SsmRingEntry, ...]:
         """The live entries, oldest first."""
-        tickets = self._ticket_of
-        return tuple(SsmRingEntry(p, s, tickets[s]) for p, s in self._slot_of.items())
+        positions, tickets = self._positions, self._tickets
+        return tuple(SsmRingEntry(positions[s], s, tickets[s]) for s in self._oldest_first())
 
     def __len__(self) -> int:
-        return len(self._slot_of)
+        return len(self._positions) - self._positions.count(_EMPTY)
 
     def __repr__(self) -> str:
-        live = ", ".join(f"{p}@{s}#{self._ticket_of[s]}" for p, s in self._slot_of.items())
+        live = ", ".join(f"{e.token_position}@{e.snapshot_slot}#{e.ticket}" for e in self.entries)
         return (
             f"SsmDecodeRing(capacity={self._capacity}, next_slot={self._cursor}, entries=[{live}])"
         )
@@ -177,69 +195,101 @@ class SsmDecodeRing:
             )
         slot = self._cursor
         self._cursor = slot + 1 if slot + 1 < capacity else 0
-        owner_of, slot_of = self._owner_of, self._slot_of
-        evicted = owner_of.pop(slot, None)
-        if evicted is not None:
-            del slot_of[evicted]
-        slot_of[token_position] = slot
-        owner_of[slot] = token_position
         self._newest = token_position
-        ticket = self._ticket_of[slot] = _mint_ticket()
+        ticket = _mint_ticket()
+        # Rule 5: the slot's owner, whoever it is, is overwritten with it.
+        try:
+            self._positions[slot] = token_position
+            self._tickets[slot] = ticket
+        except IndexError:  # the cursor's first visit to this slot
+            self._positions.append(token_position)
+            self._tickets.append(ticket)
         return slot, ticket
 
     @staticmethod
     def _record_rows(
-        rings: list[SsmDecodeRing], positions: list[int], rows: list[int]
-    ) -> tuple[list[int], list[int], list[int], list[int]]:
+        rings: list[SsmDecodeRing], positions: list[int], rows: Sequence[int]
+    ) -> tuple[Sequence[int], list[int], list[int], list[int]]:
         """``_record`` for many rings, inlined: the columns of the saves a step makes.
 
         The caller has checked every position (rule 2) and its order (rule 3)
-        for every ring, so nothing here can raise half way through.
+        for every ring, so nothing here can raise half way through. The
+        columns that need no per-row work (rows, positions, the slots taken,
+        which are the cursors) are built at C speed; the loop only moves each
+        ring on (rules 4, 5 and 10).
         """
-        seqs: list[int] = []
-        slots: list[int] = []
-        saved: list[int] = []
-        tickets: list[int] = []
-        mint = _mint_ticket
-        for ring, position, row in zip(rings, positions, rows, strict=True):
-            capacity = ring._capacity
-            if not capacity:
-                continue
-            slot = ring._cursor
+        capacities = list(map(_CAPACITY, rings))
+        if 0 in capacities:  # disabled rings record nothing (rule 1)
+            enabled = list(map(bool, capacities))
+            rings, positions, rows, capacities = (
+                list(compress(column, enabled)) for column in (rings, positions, rows, capacities)
+            )
+        slots = list(map(_CURSOR, rings))
+        tickets = _mint_tickets(len(rings))
+        for ring, position, slot, capacity, ticket in zip(
+            rings, positions, slots, capacities, tickets, strict=True
+        ):
             ring._cursor = slot + 1 if slot + 1 < capacity else 0
-            evicted = ring._owner_of.pop(slot, None)
-            if evicted is not None:
-                del ring._slot_of[evicted]
-            ring._slot_of[position] = slot
-            ring._owner_of[slot] = position
             ring._newest = position
-            ticket = ring._ticket_of[slot] = mint()
-            seqs.append(row)
-            slots.append(slot)
-            saved.append(position)
-            tickets.append(ticket)
-        return seqs, slots, saved, tickets
+            try:
+                ring._positions[slot] = position
+                ring._tickets[slot] = ticket
+            except IndexError:  # the cursor's first visit to this slot
+                ring._positions.append(position)
+                ring._tickets.append(ticket)
+        return rows, slots, positions, list(tickets)
+
+    def _slot_holding(self, position: int) -> int | None:
+        """The slot whose live entry is at ``position``, or ``None``."""
+        if position > self._newest:
+            return None
+        positions = self._positions
+        newest = self._cursor - 1  # where the newest usually is: a rollback's usual target
+        if positions and positions[newest] == position:
+            return newest % len(positions)
+        try:
+            return positions.index(position)
+        except ValueError:
+            return None
 
     def entry_for(self, position: int) -> SsmRingEntry | None:
         """The live entry at exactly ``position`` (its slot and ticket), or ``None``. Rule 2."""
         if type(position) is not int or position < 0:
             position = check_non_negative_int("position", position)
-        slot = self._slot_of.get(position)
-        return None if slot is None else SsmRingEntry(position, slot, self._ticket_of[slot])
+        slot = self._slot_holding(position)
+        return None if slot is None else SsmRingEntry(position, slot, self._tickets[slot])
 
     def slot_for_position(self, keep_len: int) -> int | None:
         """The slot holding the snapshot at exactly ``keep_len`` tokens, or ``None``. Rule 2."""
         if type(keep_len) is not int or keep_len < 0:
             keep_len = check_non_negative_int("keep_len", keep_len)
-        return self._slot_of.get(keep_len)
+        return self._slot_holding(keep_len)
 
     def snapshot_positions(self) -> tuple[int, ...]:
         """The positions that have a live snapshot, in recording (= ascending) order."""
-        return tuple(self._slot_of)
+        positions = self._positions
+        return tuple(positions[slot] for slot in self._oldest_first())
+
+    def _oldest_first(self) -> Iterator[int]:
+        """The live slots in cyclic order from the cursor: ascending positions."""
+        positions, cursor = self._positions, self._cursor
+        for slot in itertools.chain(range(cursor, len(positions)), range(cursor)):
+            if positions[slot] != _EMPTY:
+                yield slot
+
+    def _newest_first_slots(self) -> Iterator[int]:
+        """The live slots, newest first, lazily: a rollback usually stops at the first."""
+        positions, cursor = self._positions, self._cursor
+        for slot in itertools.chain(
+            range(cursor - 1, -1, -1), range(len(positions) - 1, cursor - 1, -1)
+        ):
+            if positions[slot] != _EMPTY:
+                yield slot
 
     def _newest_first(self) -> Iterator[int]:
         """The live positions, newest first, lazily: a rollback usually stops at the first."""
-        return reversed(self._slot_of)
+        positions = self._positions
+        return (positions[slot] for slot in self._newest_first_slots())
 
     def _newest_position(self) -> int:
         """The newest live position, or -1 when none is live."""
@@ -248,72 +298,76 @@ class SsmDecodeRing:
     def truncate_after(self, keep_len: int) -> None:
         """Forget every snapshot after ``keep_len`` tokens (a rollback to ``keep_len``). Rule 6."""
         keep = check_non_negative_int("keep_len", keep_len)
-        slot_of = self._slot_of
-        while slot_of:
-            position, slot = slot_of.popitem()  # newest first
+        positions = self._positions
+        # The dropped entries are the newest ones: walk back to the first survivor.
+        for slot in self._newest_first_slots():
+            position = positions[slot]
             if position <= keep:
-                slot_of[position] = slot  # it was the newest; it stays the newest
                 self._newest = position
                 self._cursor = slot + 1 if slot + 1 < self._capacity else 0
                 return
-            del self._owner_of[slot]
-        self._newest = -1
-        self._cursor = 0
+            positions[slot] = _EMPTY
+        self.clear()
 
     def discard(self, token_position: int) -> int:
         """Drop the entry at exactly ``token_position`` (a failed save); return its slot. Rule 7."""
         position = check_non_negative_int("token_position", token_position)
-        slot_of = self._slot_of
-        slot = slot_of.get(position)
+        slot = self._slot_holding(position)
         if slot is None:
             raise UnknownSnapshotError(
                 f"'token_position' must be a live snapshot position "
-                f"({_summarise(tuple(slot_of))}), got {position}"
+                f"({_summarise(self.snapshot_positions())}), got {position}"
             )
-        del slot_of[position]
-        del self._owner_of[slot]
+        self._positions[slot] = _EMPTY
         if position == self._newest:
             self._cursor = slot
-            self._newest = next(reversed(slot_of), -1)
+            self._newest = next(self._newest_first(), -1)
         return slot
 
     def clear(self) -> None:
         """Drop every entry and reset the cursor: the sequence's pool row is reused. Rule 8."""
-        self._slot_of.clear()
-        self._owner_of.clear()
+        self._positions.clear()
+        self._tickets.clear()
         self._cursor = 0
         self._newest = -1
 
     def check_valid(self) -> None:
         """Raise ``InvariantError`` naming the first broken invariant (rule 9); for tests."""
-        capacity = self._capacity
-        slot_of, owner_of = self._slot_of, self._owner_of
-        if len(slot_of) > capacity:
-            raise InvariantError(f"{len(slot_of)} live entries exceed capacity {capacity}")
-        if len(owner_of) != len(slot_of) or any(owner_of.get(s) != p for p, s in slot_of.items()):
+        capacity, cursor = self._capacity, self._cursor
+        positions, tickets = self._positions, self._tickets
+        if len(positions) != len(tickets) or len(positions) > capacity:
             raise InvariantError(
-                f"two live entries share a slot, or the slot owners disagree with the "
-                f"entries: entries {slot_of}, owners {owner_of}"
+                f"slot tables of {len(positions)} positions and {len(tickets)} tickets for "
+                f"capacity {capacity}"
             )
-        for position, slot in slot_of.items():
-            if not 0 <= slot < capacity:
-                raise InvariantError(
-                    f"entry at position {position} has slot {slot} outside [0, {capacity})"
-                )
-        positions = list(slot_of)
-        if any(a >= b for a, b in itertools.pairwise(positions)):
-            raise InvariantError(f"live positions are not strictly ascending: {positions}")
-        tickets = [self._ticket_of.get(slot, -1) for slot in slot_of.values()]
-        if any(a >= b for a, b in itertools.pairwise(tickets)) or -1 in tickets:
+        if not (0 <= cursor < capacity or cursor == capacity == 0) or cursor > len(positions):
+            raise InvariantError(f"cursor {cursor} outside [0, {capacity}) or past the slots used")
+        live = list(self._oldest_first())
+        in_order = [positions[s] for s in live]
+        if any(p < 0 for p in in_order) or len(set(in_order)) != len(in_order):
             raise InvariantError(
-                f"live tickets are missing or not ascending with their positions: {tickets}"
+                f"two live entries share a position, or one is negative: {in_order}"
             )
-        if self._newest != next(reversed(slot_of), -1):
+        if any(a >= b for a, b in itertools.pairwise(in_order)):
+            raise InvariantError(
+                f"live positions are not strictly ascending from the cursor: {in_order}"
+            )
+        ticket_order = [tickets[s] for s in live]
+        if any(a >= b for a, b in itertools.pairwise(ticket_order)) or any(
+            t <= 0 for t in ticket_order
+        ):
+            raise InvariantError(
+                f"live tickets are missing or not ascending with their positions: {ticket_order}"
+            )
+        if self._newest != (in_order[-1] if in_order else -1):
             raise InvariantError(
                 f"cached newest position {self._newest} is not the newest live entry's"
             )
-        if not (0 <= self._cursor < capacity or self._cursor == capacity == 0):
-            raise InvariantError(f"cursor {self._cursor} outside [0, {capacity})")
+
+
+_EMPTY = -1  # a slot that holds no live entry
+_CAPACITY = attrgetter("_capacity")
+_CURSOR = attrgetter("_cursor")
 
 
 def _summarise(positions: tuple[int, ...], limit: int = 8) -> str:

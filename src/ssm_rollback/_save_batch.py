@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import ClassVar, Final
 
 import attrs
@@ -78,7 +78,7 @@ class SaveBatch:
     @classmethod
     def _trusted(
         cls,
-        seqs: list[int],
+        seqs: Sequence[int],
         slots: list[int],
         positions: list[int],
         tickets: list[int],

@@ -109,19 +109,24 @@ def snapshot_boundary_if_ssm(
     the pool for a boundary token outside thinking on an enabled ring;
     otherwise ``None``, and nothing changes.
     """
-    # Runs for every sequence at every step: plain ints and bools take the
-    # two-comparison path, anything else the full check.
-    if type(ring) is not SsmDecodeRing:
+    # Runs for every sequence at every step: plain ints and bools pass a few
+    # identity tests (cheaper than type() calls); anything else takes the full
+    # check, which names the argument.
+    if (
+        type(seq) is not int
+        or type(token_position) is not int
+        or seq < 0
+        or token_position < 0
+        or type(ring) is not SsmDecodeRing
+        or (in_thinking is not False and in_thinking is not True)
+        or (is_boundary is not False and is_boundary is not True)
+    ):
         _check_ring(ring)
-    if type(seq) is not int or seq < 0:
         seq = check_non_negative_int("seq", seq)
-    if type(token_position) is not int or token_position < 0:
         token_position = check_non_negative_int("token_position", token_position)
-    if type(is_boundary) is not bool:
         _check_bool("is_boundary", is_boundary)
-    if type(in_thinking) is not bool:
         _check_bool("in_thinking", in_thinking)
-    if not is_boundary or in_thinking:
+    if is_boundary is False or in_thinking is True:
         return None
     recorded = ring._record(token_position)
     if recorded is None:
