@@ -299,9 +299,15 @@ class SsmDecodeRing:
         """Forget every snapshot after ``keep_len`` tokens (a rollback to ``keep_len``). Rule 6."""
         keep = check_non_negative_int("keep_len", keep_len)
         positions = self._positions
-        # The dropped entries are the newest ones: walk back to the first survivor.
-        for slot in self._newest_first_slots():
+        count = len(positions)
+        slot = self._cursor
+        # The dropped entries are the newest ones: walk back from the cursor to
+        # the first survivor (a plain loop: this runs on every rollback).
+        for _ in range(count):
+            slot = slot - 1 if slot else count - 1
             position = positions[slot]
+            if position == _EMPTY:
+                continue
             if position <= keep:
                 self._newest = position
                 self._cursor = slot + 1 if slot + 1 < self._capacity else 0
