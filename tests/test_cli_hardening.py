@@ -287,3 +287,13 @@ def test_a_file_name_that_is_not_utf8_prints_escaped(tmp_path: Path) -> None:
     assert main(["plan", "--config", path, "--free-memory", "1GiB"], out=out) == 0
     out.getvalue().encode("utf-8")  # no lone surrogate left to fail a strict stream
     assert "\\udcff.json: mamba2" in out.getvalue()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["demo", "--g"], ["demo", "--gram"], ["ring", "--cap", "3"]],
+    ids=" ".join,
+)
+def test_abbreviated_flags_are_refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """``--g`` must not be read as ``--grammar``: a typo never starts a different run."""
+    assert "unrecognized arguments" in refused(capsys, *argv)

@@ -43,6 +43,10 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in (demo, ring, plan, simulate):
         command.add_parser(commands)
+    # Flags are spelled out: an abbreviation such as ``--g`` is a usage error,
+    # not ``--grammar``, so a typo never starts a different (and slower) run.
+    for command_parser in (parser, *commands.choices.values()):
+        command_parser.allow_abbrev = False
     return parser
 
 
