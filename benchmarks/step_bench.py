@@ -2,6 +2,7 @@
 
     python benchmarks/step_bench.py            # the full run (about a minute)
     python benchmarks/step_bench.py --smoke    # a quick pass that only checks it runs
+    python benchmarks/step_bench.py --baseline-rev bba96f4   # + the per-row API against v0.1
 
 Every path first does the scheduler's own per-row work (commit the token:
 the bare loop, timed alone as the reference), then the library's
@@ -18,16 +19,30 @@ per-row copying, which a real pool does in one batched tensor op, is not
 counted). All paths run in one process, interleaved, and the medians are
 compared; the microseconds per row are the library's cost (path minus bare
 loop), the ratios hold on a busy machine.
+
+``--baseline-rev REV`` also times the per-row API of the library as it was
+at git revision ``REV`` (extracted with ``git archive`` into a temporary
+folder and imported beside this one), interleaved with today's, and prints
+today's cost over the baseline's at each boundary rate.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import io
 import random
 import statistics
+import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
+from pathlib import Path
+from types import ModuleType
+from typing import Protocol
 
 import numpy as np
 
@@ -84,6 +99,21 @@ class Batch:
         self.steps = 0
 
 
+class Decide(Protocol):
+    """``snapshot_boundary_if_ssm``'s signature (today's, or a baseline revision's)."""
+
+    def __call__(
+        self,
+        ring: SsmDecodeRing,
+        /,
+        *,
+        seq: int,
+        token_position: int,
+        is_boundary: bool,
+        in_thinking: bool,
+    ) -> SsmSnapshotSave | None: ...
+
+
 def commit_tokens(batch: Batch) -> list[bool]:
     """The scheduler's own work: append each row's token (and read its boundary flag)."""
     pattern = batch.patterns[batch.steps % PATTERNS]
@@ -97,11 +127,11 @@ def bare(batch: Batch, apply: bool) -> None:
     commit_tokens(batch)
 
 
-def per_row(batch: Batch, apply: bool) -> None:
+def per_row(batch: Batch, apply: bool, decide: Decide = snapshot_boundary_if_ssm) -> None:
     pattern = commit_tokens(batch)
     rings, saves = batch.rings, []
     for seq, tokens in enumerate(batch.tokens):
-        save = snapshot_boundary_if_ssm(
+        save = decide(
             rings[seq],
             seq=seq,
             token_position=len(tokens),
@@ -144,6 +174,41 @@ PATHS: dict[str, Callable[[Batch, bool], None]] = {
 }
 
 
+def baseline_package(rev: str) -> ModuleType:
+    """The library as it was at git revision ``rev``, importable beside today's."""
+    repo = Path(__file__).resolve().parent.parent
+    archive = subprocess.run(
+        ["git", "archive", rev, "src/ssm_rollback"], cwd=repo, capture_output=True, check=True
+    ).stdout
+    folder = Path(tempfile.mkdtemp(prefix="ssm-rollback-baseline-"))
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(folder, filter="data")
+    # Its modules import each other relatively, so a new package name is all it needs.
+    (folder / "src" / "ssm_rollback").rename(folder / "ssm_rollback_baseline")
+    sys.path.insert(0, str(folder))
+    return importlib.import_module("ssm_rollback_baseline")
+
+
+def compare_baseline(rev: str, steps: int, rounds: int) -> None:
+    """Today's per-row API against revision ``rev``'s, interleaved, at each boundary rate."""
+    base = baseline_package(rev)
+    print(f"\nper-row API, today's cost / revision {rev}'s (library cost: path minus bare loop)")
+    for rate in (0.0, 0.1, 1.0):
+        today, then, empty = Batch(rate), Batch(rate), Batch(rate)
+        then.rings = [base.SsmDecodeRing(SLOTS) for _ in range(ROWS)]
+        times: dict[str, list[float]] = {"today": [], "then": [], "bare": []}
+        old_per_row = partial(per_row, decide=base.snapshot_boundary_if_ssm)
+        for _ in range(rounds):
+            times["bare"].append(time_steps(bare, empty, steps, False))
+            times["today"].append(time_steps(per_row, today, steps, False))
+            times["then"].append(time_steps(old_per_row, then, steps, False))
+        median = {key: statistics.median(values) for key, values in times.items()}
+        ours, theirs = median["today"] - median["bare"], median["then"] - median["bare"]
+        print(
+            f"{rate:>10.0%}   today {ours:.3f} us  {rev} {theirs:.3f} us  ratio {ours / theirs:.2f}"
+        )
+
+
 def time_steps(step: Callable[[Batch, bool], None], batch: Batch, steps: int, apply: bool) -> float:
     """Microseconds per row per step."""
     start = time.perf_counter_ns()
@@ -157,6 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="tiny run, only checks it works")
     parser.add_argument("--steps", type=int, default=20, help="steps per timing")
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (median)")
+    parser.add_argument(
+        "--baseline-rev", metavar="REV", help="also time the per-row API at this git revision"
+    )
     args = parser.parse_args(argv)
     steps, rounds = (2, 1) if args.smoke else (args.steps, args.rounds)
 
@@ -181,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in PATHS:
             line += f" {median[name, False] - base:>15.3f} {median[name, True] - base:>8.3f}"
         print(line)
+    if args.baseline_rev:
+        compare_baseline(args.baseline_rev, steps, rounds)
     return 0
 
 
