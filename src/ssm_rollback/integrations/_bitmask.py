@@ -19,6 +19,7 @@ __all__ = [
     "apply_token_bitmask",
     "bitmask_width",
     "check_row",
+    "clear_padding",
     "describe",
 ]
 
@@ -64,6 +65,17 @@ def apply_token_bitmask(logits: torch.Tensor, bitmask: torch.Tensor) -> None:
         pad = torch.zeros(masks.shape[0], vocab - allowed.shape[1], dtype=torch.bool)
         allowed = torch.cat([allowed, pad.to(rows.device)], dim=1)
     rows.masked_fill_(~allowed, float("-inf"))
+
+
+def clear_padding(row: torch.Tensor, vocab_size: int) -> None:
+    """Clear, in place, the bits of a bitmask row past ``vocab_size`` (ids no matcher takes).
+
+    xgrammar sets them when most tokens are allowed; a model head wider than
+    the vocabulary would then pick an id the matcher refuses.
+    """
+    used = vocab_size % _BITS
+    if used:
+        row[vocab_size // _BITS] &= (1 << used) - 1
 
 
 def describe(value: object) -> str:

@@ -102,7 +102,10 @@ class ByteTokenizer:
         return "".join(out)
 
     def xgrammar_tokenizer_info(self) -> xgrammar.TokenizerInfo:
-        """The vocabulary as xgrammar's ``TokenizerInfo`` (raw bytes, EOS the stop token)."""
+        """The vocabulary as xgrammar's ``TokenizerInfo`` (raw bytes, EOS the stop token).
+
+        The specials after EOS have no bytes there, so xgrammar never takes them as text.
+        """
         return _xgrammar_info(self.specials)
 
     def llguidance_tokenizer(self) -> llguidance.LLTokenizer:
@@ -200,7 +203,9 @@ def _schema_text(schema: object) -> str:
 def _xgrammar_info(specials: tuple[str, ...]) -> xgrammar.TokenizerInfo:
     import xgrammar
 
-    vocab = ByteTokenizer(specials).vocab()
+    # xgrammar reads a special token's name as text, which a grammar may allow inside
+    # a string; a token with no bytes it takes for special. EOS stays named: a stop token.
+    vocab = [*ByteTokenizer(specials).vocab()[: BYTE_TOKENS + 1], *([b""] * (len(specials) - 1))]
     return xgrammar.TokenizerInfo(
         vocab, xgrammar.VocabType.RAW, vocab_size=len(vocab), stop_token_ids=[BYTE_TOKENS]
     )

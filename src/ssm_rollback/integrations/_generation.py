@@ -116,7 +116,7 @@ def backtracking_generate(
     banned = _ban_mask(ban, vocab)
     eos = eos_ids(model, eos_token_id)
     prompts = prompt_rows(input_ids)
-    grammars = row_grammars(grammar, len(prompts))
+    grammars = row_grammars(grammar, len(prompts), vocab)
     counts = _Counts()
     total = len(prompts) * max_new_tokens
     done_before = 0

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Protocol, final, runtime_checkable
 import torch
 
 from .._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int
-from ._bitmask import allocate_token_bitmask, check_row, describe
+from ._bitmask import allocate_token_bitmask, check_row, clear_padding, describe
 
 if TYPE_CHECKING:
     import llguidance
@@ -176,7 +176,10 @@ class XGrammarMatcher:
         if self._matcher.is_terminated():
             row.zero_()  # xgrammar raises for a terminated matcher: nothing is allowed
             return
-        self._matcher.fill_next_token_bitmask(bitmask, index)
+        # The row alone, as a batch of one: xgrammar finds row ``index`` as if the
+        # bitmask were contiguous, and would write another row of a strided one.
+        self._matcher.fill_next_token_bitmask(row.unsqueeze(0), 0)
+        clear_padding(row, self._vocab_size)
 
     def __repr__(self) -> str:
         return (
@@ -217,6 +220,15 @@ class LLGuidanceMatcher:
         if matcher.is_error():
             raise InvalidArgumentError(
                 f"'matcher' must not be in llguidance's error state, got: {matcher.get_error()}"
+            )
+        # The matcher does not say which tokenizer it was built with, but its logit bias
+        # has one entry per token id. Another vocabulary would make every mask the wrong
+        # size, and a token id past the matcher's own puts it in its error state for good.
+        covered = len(matcher.compute_logit_bias())
+        if covered != tokenizer.vocab_size:
+            raise InvalidArgumentError(
+                f"'tokenizer' must be the one the matcher was built with: the matcher covers "
+                f"{covered} token ids, got a tokenizer of {tokenizer.vocab_size}"
             )
         self._max = _check_limit("max_rollback_tokens", max_rollback_tokens)
         self._matcher = matcher

@@ -38,7 +38,7 @@ from ..rollback import (
     find_last_boundary_with_snapshot,
     rollback_to_boundary,
 )
-from ._grammar_matchers import GrammarMatcher
+from ._grammar_matchers import GrammarMatcher, LLGuidanceMatcher, XGrammarMatcher
 
 __all__ = ["CropPlanner", "MatcherDeclined", "rollback_with_grammar"]
 
@@ -130,10 +130,12 @@ def _transact(
         assert not hybrid, "rollback_to_boundary found a boundary the search did not"
         target = plan.keep_len
     dropped = current_len - target
-    if matcher is not None and matcher.rollback_limit < dropped:
-        return MatcherDeclined(seq, dropped, matcher.rollback_limit)
+    if matcher is not None:
+        limit = _matcher_limit(matcher, current_len)
+        if limit < dropped:
+            return MatcherDeclined(seq, dropped, limit)
     restore = _restore_for(ring, seq, target, pool) if hybrid else None
-    cut = None if crop is None else crop(target)
+    cut = None if crop is None else _plan_cut(crop, target)
     _move_matcher(matcher, dropped, tokens)
     if restore is not None and pool is not None:
         try:
@@ -169,6 +171,31 @@ def _check_inputs(
             f"'crop' must be callable (keep_len -> action) or None, got {type(crop).__name__}"
         )
     return len(tokens)
+
+
+def _matcher_limit(matcher: GrammarMatcher, current_len: int) -> int:
+    """The matcher's ``rollback_limit``, checked; and ``tokens`` checked against an adapter."""
+    limit = check_non_negative_int("matcher.rollback_limit", matcher.rollback_limit)
+    # The protocol has no token count, but the adapters keep one: a caller whose tokens
+    # are more than the matcher ever took would roll the matcher back past other text.
+    if isinstance(matcher, XGrammarMatcher | LLGuidanceMatcher) and (
+        matcher.num_tokens < current_len
+    ):
+        raise InvalidArgumentError(
+            f"'tokens' must be at most the {matcher.num_tokens} tokens the matcher accepted, "
+            f"got {current_len}"
+        )
+    return limit
+
+
+def _plan_cut(crop: CropPlanner, target: int) -> Callable[[], None]:
+    """``crop(target)``: checks the KV cut, changing nothing, and returns the action."""
+    cut = crop(target)
+    if not callable(cut):
+        raise InvalidArgumentTypeError(
+            f"'crop' must return the action that cuts the KV (a callable), got {type(cut).__name__}"
+        )
+    return cut
 
 
 def _hybrid_target(
@@ -223,7 +250,8 @@ def _move_matcher(matcher: GrammarMatcher | None, dropped: int, tokens: Sequence
     except BaseException as error:
         # The contract says a raising rollback changed nothing; one that gave back some
         # tokens first (its limit fell) gets them back, so that nothing has moved.
-        given_back = before - matcher.rollback_limit
+        after = matcher.rollback_limit
+        given_back = before - after if type(after) is int else 0
         if 0 < given_back <= dropped:
             _reaccept(matcher, tokens[len(tokens) - given_back :], error)
         raise
