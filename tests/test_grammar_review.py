@@ -314,3 +314,33 @@ def test_a_mask_that_allows_nothing_is_an_invariant_error_not_a_sampling_crash()
                 model(TOK.vocab_size), torch.tensor([TOK.encode("s:")]), max_new_tokens=4,
                 is_boundary=set(), reject=lambda new: None, grammar=Stuck(), generator=generator,
             )  # fmt: skip
+
+
+# -- foreign input to the helpers ----------------------------------------------------------
+
+
+def test_boolean_schemas_are_taken_or_named_by_both_engines() -> None:
+    for matcher in json_schema_matchers("true"):  # llguidance raised a bare ValueError
+        assert all(matcher.accept_token(t) for t in TOK.encode('{"x":[1]}'))
+    with pytest.raises(InvalidArgumentError, match="'schema' must be a JSON schema llguidance"):
+        TOK.llguidance_json_matcher("false")
+    with pytest.raises(InvalidArgumentError, match="'schema' must be a JSON schema xgrammar"):
+        TOK.xgrammar_json_matcher("false")
+
+
+def test_apply_token_bitmask_names_logits_it_cannot_mask_and_takes_an_empty_batch() -> None:
+    leaf = torch.zeros(2, TOK.vocab_size, requires_grad=True)
+    mask = allocate_token_bitmask(2, TOK.vocab_size)
+    mask[:, 0] = 0
+    with pytest.raises(InvalidArgumentError, match="'logits' must be maskable in place"):
+        apply_token_bitmask(leaf, mask)
+    assert not leaf.detach().isinf().any()
+    empty = torch.zeros(0, TOK.vocab_size)
+    apply_token_bitmask(empty, allocate_token_bitmask(0, TOK.vocab_size))  # was a reshape error
+    assert empty.shape == (0, TOK.vocab_size)
+
+
+@pytest.mark.parametrize("ids", [None, 3, "abc"])
+def test_byte_tokenizer_decode_names_ids_that_are_not_a_sequence(ids: object) -> None:
+    with pytest.raises(InvalidArgumentError, match="'ids' must be a sequence of token ids"):
+        TOK.decode(ids)  # type: ignore[arg-type]

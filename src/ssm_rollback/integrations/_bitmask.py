@@ -60,11 +60,16 @@ def apply_token_bitmask(logits: torch.Tensor, bitmask: torch.Tensor) -> None:
     vocab = rows.shape[1]
     shifts = torch.arange(_BITS, dtype=torch.int32, device=rows.device)
     bits = (masks.to(rows.device).unsqueeze(-1) >> shifts) & 1
-    allowed = bits.reshape(masks.shape[0], -1)[:, :vocab].bool()
+    allowed = bits.flatten(1)[:, :vocab].bool()
     if allowed.shape[1] < vocab:
         pad = torch.zeros(masks.shape[0], vocab - allowed.shape[1], dtype=torch.bool)
         allowed = torch.cat([allowed, pad.to(rows.device)], dim=1)
-    rows.masked_fill_(~allowed, float("-inf"))
+    try:
+        rows.masked_fill_(~allowed, float("-inf"))
+    except RuntimeError as error:  # autograd refuses before it writes: nothing changed
+        raise InvalidArgumentError(
+            f"'logits' must be maskable in place, got {describe(logits)}: {error}"
+        ) from None
 
 
 def clear_padding(row: torch.Tensor, vocab_size: int) -> None:

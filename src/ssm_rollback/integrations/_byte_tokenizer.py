@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Final
 
 import attrs
@@ -86,6 +86,10 @@ class ByteTokenizer:
 
     def decode(self, ids: Sequence[int]) -> str:
         """The text of ``ids``: bytes as UTF-8 (invalid ones replaced), specials by name."""
+        if isinstance(ids, str) or not isinstance(ids, Iterable):
+            raise InvalidArgumentTypeError(
+                f"'ids' must be a sequence of token ids, got {type(ids).__name__}"
+            )
         out, pending = [], bytearray()
         for position, token in enumerate(ids):
             if type(token) is not int or not 0 <= token < self.vocab_size:
@@ -140,9 +144,14 @@ class ByteTokenizer:
         import llguidance
 
         text = _schema_text(schema)
-        grammar = llguidance.LLMatcher.grammar_from_json_schema(
-            text, overrides={"whitespace_flexible": False}
-        )
+        try:
+            grammar = llguidance.LLMatcher.grammar_from_json_schema(
+                text, overrides={"whitespace_flexible": False}
+            )
+        except ValueError as refused:  # the overrides need an object schema: 'false' has none
+            raise InvalidArgumentError(
+                f"'schema' must be a JSON schema llguidance compiles, got {schema!r}: {refused}"
+            ) from None
         tokenizer = _llguidance_tokenizer(self.specials)
         error = llguidance.LLMatcher.validate_grammar(grammar, tokenizer)
         if error:
@@ -195,7 +204,8 @@ def _schema_text(schema: object) -> str:
         raise InvalidArgumentError(f"'schema' must be valid JSON, got {text!r}: {error}") from None
     if not isinstance(parsed, dict | bool):
         raise InvalidArgumentError(f"'schema' must be a JSON object, got {text!r}")
-    return text
+    # 'true' allows anything, as '{}' does; llguidance takes only the object form.
+    return "{}" if parsed is True else text
 
 
 # Building a compiler or a tokenizer costs milliseconds; one per vocabulary is enough.
