@@ -41,6 +41,7 @@ from ssm_rollback.integrations.grammar import (
     rollback_with_grammar,
 )
 from ssm_rollback.integrations.transformers import backtracking_generate
+from ssm_rollback.rollback import RollbackPlan
 from ssm_rollback.testing._tiny import tiny_config
 
 from ssm_rollback.integrations._grammar_step import RowGrammar  # isort: skip
@@ -230,15 +231,18 @@ def test_a_rollback_limit_that_is_not_a_count_is_named(limit: object) -> None:
     assert observe(ring, pool, inner) == before
 
 
-def test_tokens_the_matcher_never_accepted_are_refused_before_anything_moves() -> None:
-    ring, pool, matcher, tokens = scene()
-    matcher.rollback(2)  # the matcher now holds 7 tokens; the caller says 9
-    before = observe(ring, pool, matcher)
-    with pytest.raises(InvalidArgumentError, match="'tokens' must be at most the 7 tokens"):
-        rollback_with_grammar(
-            ring, BOUNDARIES, matcher, seq=0, tokens=tokens, pool=pool, at_most=6,
-        )  # fmt: skip
-    assert observe(ring, pool, matcher) == before
+def test_a_matcher_wrapped_late_still_rolls_back_what_it_took() -> None:
+    """Tokens fed to the engine before it was wrapped only lower the limit: no error."""
+    ring, pool, _, tokens = scene()
+    engine = TOK.xgrammar_json_matcher(OBJECT).matcher
+    for token in tokens[:5]:
+        assert engine.accept_token(token)
+    late = XGrammarMatcher(engine, TOK.vocab_size)
+    for token in tokens[5:]:
+        assert late.accept_token(token)
+    plan = rollback_with_grammar(ring, BOUNDARIES, late, seq=0, tokens=tokens, pool=pool)
+    assert isinstance(plan, RollbackPlan)
+    assert (plan.keep_len, late.num_tokens, pool.live[0]) == (7, 2, "state@7")
 
 
 # -- generation ----------------------------------------------------------------------------

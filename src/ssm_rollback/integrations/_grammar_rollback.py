@@ -38,7 +38,7 @@ from ..rollback import (
     find_last_boundary_with_snapshot,
     rollback_to_boundary,
 )
-from ._grammar_matchers import GrammarMatcher, LLGuidanceMatcher, XGrammarMatcher
+from ._grammar_matchers import GrammarMatcher
 
 __all__ = ["CropPlanner", "MatcherDeclined", "rollback_with_grammar"]
 
@@ -131,7 +131,7 @@ def _transact(
         target = plan.keep_len
     dropped = current_len - target
     if matcher is not None:
-        limit = _matcher_limit(matcher, current_len)
+        limit = _matcher_limit(matcher)
         if limit < dropped:
             return MatcherDeclined(seq, dropped, limit)
     restore = _restore_for(ring, seq, target, pool) if hybrid else None
@@ -173,19 +173,9 @@ def _check_inputs(
     return len(tokens)
 
 
-def _matcher_limit(matcher: GrammarMatcher, current_len: int) -> int:
-    """The matcher's ``rollback_limit``, checked; and ``tokens`` checked against an adapter."""
-    limit = check_non_negative_int("matcher.rollback_limit", matcher.rollback_limit)
-    # The protocol has no token count, but the adapters keep one: a caller whose tokens
-    # are more than the matcher ever took would roll the matcher back past other text.
-    if isinstance(matcher, XGrammarMatcher | LLGuidanceMatcher) and (
-        matcher.num_tokens < current_len
-    ):
-        raise InvalidArgumentError(
-            f"'tokens' must be at most the {matcher.num_tokens} tokens the matcher accepted, "
-            f"got {current_len}"
-        )
-    return limit
+def _matcher_limit(matcher: GrammarMatcher) -> int:
+    """The matcher's ``rollback_limit``, checked: it decides whether anything moves."""
+    return check_non_negative_int("matcher.rollback_limit", matcher.rollback_limit)
 
 
 def _plan_cut(crop: CropPlanner, target: int) -> Callable[[], None]:
