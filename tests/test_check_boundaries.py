@@ -6,6 +6,8 @@ and the script that shows each of these tests killing its mutant.
 
 from __future__ import annotations
 
+import array
+
 import pytest
 
 from ssm_rollback import (
@@ -15,13 +17,16 @@ from ssm_rollback import (
     SaveBatch,
     SlotTags,
     SsmDecodeRing,
+    SsmRingEntry,
     SsmSnapshotRestore,
     SsmSnapshotSave,
     StaleSnapshotError,
     apply_effects,
     rollback_to_boundary,
     snapshot_boundaries,
+    snapshot_boundary_if_ssm,
 )
+from ssm_rollback._ring import _BLOCK
 from ssm_rollback.backends.fake import FakeSnapshotPool
 from ssm_rollback.reserve import (
     DepthRule,
@@ -108,6 +113,18 @@ def test_the_pair_at_indices_0_and_1_is_validated() -> None:
     assert ring.snapshot_positions() == (3,)
 
 
+def test_a_negative_position_is_refused_even_when_nothing_would_be_recorded() -> None:
+    """The per-row fast path without ``token_position < 0``: the ring's own check is only
+    reached for a boundary outside thinking, so the other calls must refuse it too."""
+    ring = ring_with(2, 3)
+    for is_boundary, in_thinking in ((False, False), (True, True), (False, True)):
+        with pytest.raises(InvalidArgumentError, match="'token_position' must be an int >= 0"):
+            snapshot_boundary_if_ssm(
+                ring, seq=0, token_position=-1, is_boundary=is_boundary, in_thinking=in_thinking
+            )
+    assert ring.snapshot_positions() == (3,)
+
+
 # -- the ring's invariant checker ---------------------------------------------------------------
 
 
@@ -122,6 +139,58 @@ def test_check_valid_refuses_slot_tables_one_longer_than_the_capacity() -> None:
     full = ring_with(3, 1, 2, 3)
     assert len(full._positions) == full.capacity
     full.check_valid()
+
+
+def test_check_valid_refuses_a_cursor_equal_to_the_capacity_on_a_full_table() -> None:
+    """Off by one in check_valid's cursor bound (``cursor < capacity`` as ``<=``).
+
+    On a table shorter than the capacity the past-the-slots-used check also
+    refuses such a cursor; on a full one only the bound does.
+    """
+    ring = ring_with(3, 1, 2, 3)
+    ring.check_valid()
+    _corrupt(ring, "_cursor", 3)
+    with pytest.raises(InvariantError, match=r"cursor 3 outside \[0, 3\)"):
+        ring.check_valid()
+
+
+# -- the ring's tickets --------------------------------------------------------------------------
+
+
+def test_tickets_stay_unique_across_batched_steps_and_single_records() -> None:
+    """A batched step's block of tickets overlapping the next mint (rule 10).
+
+    A step of four rows takes four tickets with one mint; a record on
+    another ring right after must not get one of them, and every later
+    ticket is larger than every earlier one.
+    """
+    rings = [SsmDecodeRing(2) for _ in range(4)]
+    columns = {"is_boundary": [True] * 4, "in_thinking": [False] * 4}
+    first = snapshot_boundaries(rings, positions=[1] * 4, **columns)
+    other = SsmDecodeRing(2)
+    other.record(1)
+    entry = other.entry_for(1)
+    assert entry is not None
+    second = snapshot_boundaries(rings, positions=[2] * 4, **columns)
+    tickets = [*first.tickets, entry.ticket, *second.tickets]
+    assert len(set(tickets)) == len(tickets)
+    assert tickets == sorted(tickets)
+    for ring in rings:
+        ring.check_valid()
+
+
+def test_a_batched_step_of_more_rows_than_one_block_of_tickets() -> None:
+    """The block count rounded down: a step of ``_BLOCK + 1`` recording rows mints two blocks."""
+    count = _BLOCK + 1
+    rings = [SsmDecodeRing(1) for _ in range(count)]
+    batch = snapshot_boundaries(
+        rings, positions=[1] * count, is_boundary=[True] * count, in_thinking=[False] * count
+    )
+    assert len(batch) == count
+    assert len(set(batch.tickets)) == count
+    assert list(batch.tickets) == sorted(batch.tickets)
+    for k in (0, _BLOCK - 1, _BLOCK):
+        assert rings[k].entries == (SsmRingEntry(1, 0, batch.tickets[k]),)
 
 
 # -- the ring depth policy -----------------------------------------------------------------------
@@ -283,6 +352,67 @@ def test_a_batched_step_with_fewer_rings_than_rows_is_a_library_error() -> None:
             rings, positions=[1, 1], is_boundary=[True, True], in_thinking=[False, False]
         )
     assert len(rings[0]) == 0
+
+
+def _typed(library: str, values: list[int] | list[float] | list[bool], kind: str) -> object:
+    """``values`` as an ``array.array``, a numpy array or a torch tensor of ``kind``."""
+    if library == "array":
+        return array.array({"float": "d", "int": "b"}[kind], values)
+    module = pytest.importorskip(library)
+    dtype = getattr(module, {"float": "float32", "int": "int64", "bool": "bool"}[kind])
+    make = module.tensor if library == "torch" else module.array
+    return make(values, dtype=dtype)
+
+
+@pytest.mark.parametrize("library", ["array", "numpy", "torch"])
+def test_typed_arrays_of_another_element_type_take_the_checked_path(library: str) -> None:
+    """The known-dtype table too wide: only integer arrays are positions or rows, and only
+    bool arrays are flags without a look at their values.
+
+    A float array (``array('d')``, ``float32``) or a bool array must not pass
+    as positions, nor an integer array holding a 2 as flags.
+    """
+    rings = [SsmDecodeRing(2), SsmDecodeRing(2)]
+    flags = {"is_boundary": [True, True], "in_thinking": [False, False]}
+    bad_positions = [_typed(library, [1.0, 2.0], "float")]
+    if library != "array":  # array.array holds no bools
+        bad_positions.append(_typed(library, [True, True], "bool"))
+    for positions in bad_positions:
+        with pytest.raises(InvalidArgumentError, match=r"'positions\[0\]' must be an int >= 0"):
+            snapshot_boundaries(rings, positions=positions, **flags)
+        with pytest.raises(InvalidArgumentError, match=r"'rows\[0\]' must be an int >= 0"):
+            snapshot_boundaries(rings, positions=[1, 2], rows=positions, **flags)
+    for name in ("is_boundary", "in_thinking"):
+        columns: dict[str, object] = {**flags, name: _typed(library, [2, 0], "int")}
+        with pytest.raises(InvalidArgumentError, match=rf"'{name}\[0\]' must be a bool"):
+            snapshot_boundaries(rings, positions=[1, 2], **columns)
+    assert [len(ring) for ring in rings] == [0, 0]
+    batch = snapshot_boundaries(
+        rings,
+        positions=_typed(library, [1, 2], "int"),
+        is_boundary=_typed(library, [1, 0], "int"),
+        in_thinking=_typed(library, [0, 0], "int"),
+    )
+    assert (batch.seqs, batch.positions) == ((0,), (1,))
+
+
+def test_the_saves_name_the_rows_given_when_only_some_rows_record() -> None:
+    """The selected rows taken as the saves' seqs without mapping them through ``rows``.
+
+    Row ids are not column indices: with ``rows`` given, a step where some
+    rows do not record must still name each save by its row.
+    """
+    for boundary, thinking in (
+        ([True, False, True], [False] * 3),
+        ([True] * 3, [False, True, False]),
+    ):
+        rings = {7: SsmDecodeRing(2), 2: SsmDecodeRing(2), 5: SsmDecodeRing(2)}
+        batch = snapshot_boundaries(
+            rings, positions=[4, 9, 6], is_boundary=boundary, in_thinking=thinking, rows=[7, 2, 5]
+        )
+        assert (batch.seqs, batch.positions) == ((7, 5), (4, 6))
+        assert (rings[7].snapshot_positions(), rings[2].snapshot_positions()) == ((4,), ())
+        assert rings[5].snapshot_positions() == (6,)
 
 
 def test_a_save_batch_row_equal_to_num_sequences_is_refused_before_any_copy() -> None:

@@ -427,6 +427,35 @@ def test_a_contiguous_range_of_rows_is_restored_in_place_exactly(case: Case) -> 
             assert torch.equal(as_bits(got.contiguous()), as_bits(expected.contiguous())), seq
 
 
+@pytest.mark.parametrize("batch_dim", [0, 1])
+def test_a_range_of_rows_saved_into_scattered_slots_by_index_ops_is_those_rows(
+    batch_dim: int,
+) -> None:
+    """The index ops' source-range path (one ``index_copy_`` from a ``narrow`` view) reading
+    from row 0 instead of the range's first row.
+
+    Rows 4..7 saved into slot 0 of a two-slot pool: the source rows form a
+    range that does not start at 0, the storage rows (8, 10, 12, 14) do not.
+    """
+    case = Case("cpu", torch.float32, batch_dim, index_ops=True)
+    generator = torch.Generator().manual_seed(2)
+    states = make_states(case, 8, generator)
+    pool = make_pool(case, states, 2)
+    rows = (6, 4, 7, 5)
+    pool.save([SsmSnapshotSave(seq, 0, 3, 3) for seq in rows])
+    saved = [s.clone() for s in states]
+    for state in states:
+        state.zero_()
+    pool.restore([SsmSnapshotRestore(seq, 0, 3, 3) for seq in rows])
+    for state, old in zip(states, saved, strict=True):
+        for seq in range(8):
+            got = state.select(batch_dim, seq)
+            if seq in rows:
+                assert torch.equal(got, old.select(batch_dim, seq)), seq
+            else:
+                assert not got.any(), seq
+
+
 def test_rows_are_copied_as_wide_integers_when_the_layout_allows() -> None:
     pool = TorchSnapshotPool([torch.zeros(4, 3, 8, dtype=torch.bfloat16)], 2)
     live_rows, storage_rows = (pool._live_rows.tensors[0], pool._storage_rows.tensors[0])

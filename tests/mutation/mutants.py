@@ -4,6 +4,11 @@ Each names its module (under ``src/ssm_rollback``), an original snippet that
 occurs exactly once there, its replacement, and the test files to run. A
 mutant with ``equivalent`` set changes no observable behaviour; the text
 says why, and it is left out of the score.
+
+The snippets of ``_ring.py``, ``_batched.py``, ``rollback.py``,
+``_effect_values.py`` and ``backends/_torch_copy.py`` match the current code
+(run them with ``--module``); many of the other modules' were written for
+commit dba0ee3 and no longer occur (``README.md`` says how to run those).
 """
 
 from __future__ import annotations
@@ -46,6 +51,37 @@ HF = (
 # The bitwise decode test runs for every model type (minutes): keep four of them.
 HF_SELECT = ("-k", "not fresh_decode or bamba or falcon_h1 or zamba2 or qwen3_next")
 RESERVE = ("tests/test_reserve_hardening.py", "tests/test_reserve.py", CHECKS)
+# The refreshed modules (_ring, _batched, rollback, _effect_values, the torch copier) run
+# narrower selections: the files that exercise them, fastest first (``-x`` stops at the
+# first failure).
+RING_TESTS = (
+    "tests/test_ring.py",
+    CHECKS,
+    "tests/test_rollback.py",
+    "tests/test_batched.py",
+    "tests/test_scheduler_simulation.py",
+    "tests/test_peer_bugs.py",
+    "tests/test_ring_machine.py",
+)
+ROLLBACK_TESTS = (
+    "tests/test_rollback.py",
+    CHECKS,
+    "tests/test_ring.py",
+    "tests/test_verify.py",
+    "tests/test_scheduler_simulation.py",
+    "tests/test_peer_bugs.py",
+)
+BATCHED_TESTS = (CHECKS, "tests/test_batched.py", "tests/test_ring.py", "tests/test_rollback.py")
+EFFECT_TESTS = (
+    "tests/test_effects.py",
+    CHECKS,
+    "tests/test_rollback.py",
+    "tests/test_verify.py",
+    "tests/test_apply_effects.py",
+    "tests/test_batched.py",
+    "tests/test_wire.py",
+)
+COPY_TESTS = (CHECKS, "tests/test_torch_pool.py")
 
 
 @dataclass(frozen=True)
@@ -79,6 +115,8 @@ ROLLBACK = "rollback.py"
 POOL = "pool.py"
 SLOTS = "_slots.py"
 EFFECTS = "_effects.py"
+EFFECT_VALUES = "_effect_values.py"
+BATCHED = "_batched.py"
 FAKE_MOD = "backends/fake.py"
 TORCH_MOD = "backends/torch.py"
 TORCH_COPY = "backends/_torch_copy.py"
@@ -87,59 +125,216 @@ RESERVE_MOD = "reserve.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     # -- _ring.py ---------------------------------------------------------------------------
+    # record / _record: arguments, order, cursor, slot tables, tickets (rules 2-5 and 10)
     _m(
         "ring_record_returns_none",  # the sanity mutant: every test of a save must fail
         RING,
         "return None if recorded is None else recorded[0]",
         "return None",
+        RING_TESTS,
+    ),
+    _m(
+        "ring_record_accepts_negative",
+        RING,
+        "if type(token_position) is not int or token_position < 0:  # rule 2",
+        "if type(token_position) is not int:  # rule 2",
+        RING_TESTS,
     ),
     _m(
         "ring_cursor_wraps_late",
         RING,
         "self._cursor = slot + 1 if slot + 1 < capacity else 0",
         "self._cursor = slot + 1 if slot + 1 <= capacity else 0",
+        RING_TESTS,
     ),
     _m(
         "ring_record_equal_position_allowed",
         RING,
         "if token_position <= self._newest:",
         "if token_position < self._newest:",
+        RING_TESTS,
     ),
     _m(
+        # The slot tables make eviction by ownership (rule 5) the overwrite itself: this
+        # one keeps the owner's position under the new ticket.
         "ring_no_eviction",
         RING,
-        "            del slot_of[evicted]\n",
-        "            pass\n",
+        "            self._positions[slot] = token_position\n",
+        "",
+        RING_TESTS,
     ),
     _m(
         "ring_record_keeps_stale_newest",
         RING,
         "        self._newest = token_position\n",
         "",
+        RING_TESTS,
     ),
     _m(
         "ring_ticket_reused_per_slot",
         RING,
-        "ticket = self._ticket_of[slot] = _mint_ticket()",
-        "ticket = self._ticket_of[slot] = self._ticket_of.get(slot) or _mint_ticket()",
+        "            self._tickets[slot] = ticket\n",
+        "",
+        RING_TESTS,
     ),
     _m(
         "ring_ticket_is_position",
         RING,
-        "ticket = self._ticket_of[slot] = _mint_ticket()",
-        "ticket = self._ticket_of[slot] = token_position",
+        "        ticket = _mint_ticket()\n",
+        "        ticket = token_position\n",
+        RING_TESTS,
     ),
     _m(
         "ring_ticket_counter_per_ring",
         RING,
-        "ticket = self._ticket_of[slot] = _mint_ticket()",
-        "ticket = self._ticket_of[slot] = max(self._ticket_of.values(), default=0) + 1",
+        "        ticket = _mint_ticket()\n",
+        "        ticket = max(self._tickets, default=0) + 1\n",
+        RING_TESTS,
+    ),
+    _m(
+        "ring_ticket_blocks_overlap",  # a step's block of tickets overlaps the next mint's
+        RING,
+        "_mint_ticket = itertools.count(_BLOCK, _BLOCK).__next__",
+        "_mint_ticket = itertools.count(_BLOCK, 1).__next__",
+        RING_TESTS,
+    ),
+    _m(
+        "ring_ticket_blocks_floor",  # a batch of more than _BLOCK rows mints too few tickets
+        RING,
+        "blocks = [_mint_ticket() for _ in range(-(-count // _BLOCK))]",
+        "blocks = [_mint_ticket() for _ in range(count // _BLOCK)]",
+        RING_TESTS,
+    ),
+    _m(
+        "ring_ticket_single_block_strict",
+        RING,
+        "    if count <= _BLOCK:\n",
+        "    if count < _BLOCK:\n",
+        RING_TESTS,
+        equivalent=(
+            "for count == _BLOCK the block path mints one block and keeps its first _BLOCK "
+            "tickets: the same tickets, as a list instead of a range"
+        ),
+    ),
+    # _record_rows: the batched step's inlined _record
+    _m(
+        "batch_ring_cursor_wraps_late",
+        RING,
+        "ring._cursor = slot + 1 if slot + 1 < capacity else 0",
+        "ring._cursor = slot + 1 if slot + 1 <= capacity else 0",
+        RING_TESTS,
+    ),
+    _m(
+        "batch_ring_no_eviction",
+        RING,
+        "                ring._positions[slot] = position\n",
+        "",
+        RING_TESTS,
+    ),
+    _m(
+        "batch_ring_stale_newest",
+        RING,
+        "            ring._newest = position\n",
+        "",
+        RING_TESTS,
+    ),
+    _m(
+        "batch_ring_ticket_reused_per_slot",
+        RING,
+        "                ring._tickets[slot] = ticket\n",
+        "",
+        RING_TESTS,
+    ),
+    _m(
+        "batch_ring_tickets_reversed",  # the saves carry other rings' tickets
+        RING,
+        "return rows, slots, positions, list(tickets)",
+        "return rows, slots, positions, list(tickets)[::-1]",
+        RING_TESTS,
+    ),
+    _m(
+        "batch_ring_disabled_records",  # the `0 in capacities` path skipped
+        RING,
+        "if 0 in capacities:  # disabled rings record nothing",
+        "if False:  # disabled rings record nothing",
+        RING_TESTS,
+    ),
+    _m(
+        "batch_ring_disabled_rows_not_filtered",
+        RING,
+        "            rings, positions, rows, capacities = (\n",
+        "            rings, positions, _, capacities = (\n",
+        RING_TESTS,
+    ),
+    # lookups: _slot_holding (the newest-slot guess, then a scan), entry_for, the walks
+    _m(
+        "ring_lookup_newest_excluded",
+        RING,
+        "        if position > self._newest:\n            return None\n",
+        "        if position >= self._newest:\n            return None\n",
+        RING_TESTS,
+    ),
+    _m(
+        "ring_lookup_newest_bound_dropped",
+        RING,
+        "        if position > self._newest:\n            return None\n",
+        "",
+        RING_TESTS,
+        equivalent=(
+            "only a shortcut: truncate_after and discard write _EMPTY (-1) over every slot "
+            "they drop and clear() empties the tables, so no slot holds a position above "
+            "_newest and both the guess and the scan find nothing for one"
+        ),
+    ),
+    _m(
+        "ring_lookup_guess_unwrapped",  # cursor 0: the guess at -1 is returned as slot -1
+        RING,
+        "            return newest % len(positions)",
+        "            return newest",
+        RING_TESTS,
+    ),
+    _m(
+        "ring_lookup_guess_at_cursor",
+        RING,
+        "        newest = self._cursor - 1  # where",
+        "        newest = self._cursor % len(positions) if positions else 0  # where",
+        RING_TESTS,
+        equivalent=(
+            "the guess is verified (positions[guess] == position) before it is returned, and a "
+            "wrong guess falls back to the scan: any guessed slot gives the same answer"
+        ),
+    ),
+    _m(
+        "ring_lookup_guess_unverified",
+        RING,
+        "if positions and positions[newest] == position:",
+        "if positions and positions[newest] >= position:",
+        RING_TESTS,
+    ),
+    _m(
+        "ring_lookup_empty_table_unchecked",
+        RING,
+        "if positions and positions[newest] == position:",
+        "if positions[newest] == position:",
+        RING_TESTS,
+        equivalent=(
+            "an empty table means no record since construction or clear(), so _newest is -1 "
+            "and every position >= 0 has already returned None above"
+        ),
+    ),
+    _m(
+        "ring_lookup_scan_skipped",  # only the newest slot is ever found
+        RING,
+        "            return positions.index(position)\n",
+        "            return None\n",
+        RING_TESTS,
     ),
     _m(
         "ring_entry_for_wrong_ticket",
         RING,
-        "return None if slot is None else SsmRingEntry(position, slot, self._ticket_of[slot])",
-        "return None if slot is None else SsmRingEntry(position, slot, self._ticket_of[slot] + 1)",
+        "SsmRingEntry(position, slot, self._tickets[slot])",
+        "SsmRingEntry(position, slot, self._tickets[slot] + 1)",
+        RING_TESTS,
     ),
     _m(
         "ring_entry_for_accepts_negative",
@@ -147,227 +342,422 @@ MUTANTS: tuple[Mutant, ...] = (
         "        if type(position) is not int or position < 0:\n"
         "            position = check_non_negative_int",
         "        if type(position) is not int:\n            position = check_non_negative_int",
+        RING_TESTS,
     ),
     _m(
         "ring_disabled_records",
         RING,
         "        if not capacity:\n            return None\n",
         "        if not capacity:\n            capacity = 1\n",
+        RING_TESTS,
     ),
     _m(
         "ring_is_enabled_for_zero",
         RING,
         "return self._capacity > 0",
         "return self._capacity >= 0",
+        RING_TESTS,
+    ),
+    _m(
+        "ring_len_counts_empty_slots",
+        RING,
+        "return len(self._positions) - self._positions.count(_EMPTY)",
+        "return len(self._positions)",
+        RING_TESTS,
+    ),
+    _m(
+        "ring_oldest_first_from_slot_0",
+        RING,
+        "itertools.chain(range(cursor, len(positions)), range(cursor))",
+        "itertools.chain(range(cursor), range(cursor, len(positions)))",
+        RING_TESTS,
+    ),
+    _m(
+        "ring_oldest_first_yields_empty_slots",
+        RING,
+        "range(cursor)):\n            if positions[slot] != _EMPTY:",
+        "range(cursor)):\n            if True:",
+        RING_TESTS,
     ),
     _m(
         "ring_newest_first_is_oldest_first",
         RING,
-        "return reversed(self._slot_of)",
-        "return iter(self._slot_of)",
+        "return (positions[slot] for slot in self._newest_first_slots())",
+        "return (positions[slot] for slot in self._oldest_first())",
+        RING_TESTS,
     ),
+    _m(
+        "ring_newest_first_skips_slot_0",
+        RING,
+        "range(cursor - 1, -1, -1), range(len(positions) - 1, cursor - 1, -1)",
+        "range(cursor - 1, 0, -1), range(len(positions) - 1, cursor - 1, -1)",
+        RING_TESTS,
+    ),
+    _m(
+        "ring_newest_first_skips_the_oldest",
+        RING,
+        "range(cursor - 1, -1, -1), range(len(positions) - 1, cursor - 1, -1)",
+        "range(cursor - 1, -1, -1), range(len(positions) - 1, cursor, -1)",
+        RING_TESTS,
+    ),
+    # truncate_after (rule 6), discard (rule 7), clear (rule 8)
     _m(
         "ring_truncate_drops_keep",
         RING,
         "if position <= keep:",
         "if position < keep:",
+        RING_TESTS,
     ),
     _m(
         "ring_truncate_no_cursor_update",
         RING,
         "                self._cursor = slot + 1 if slot + 1 < self._capacity else 0\n",
         "",
+        RING_TESTS,
     ),
     _m(
         "ring_truncate_cursor_wraps_late",
         RING,
         "self._cursor = slot + 1 if slot + 1 < self._capacity else 0",
         "self._cursor = slot + 1 if slot + 1 <= self._capacity else 0",
-    ),
-    _m(
-        "ring_truncate_keeps_owner",
-        RING,
-        "            del self._owner_of[slot]\n        self._newest = -1",
-        "        self._newest = -1",
-    ),
-    _m(
-        "ring_truncate_all_keeps_cursor",
-        RING,
-        "        self._newest = -1\n        self._cursor = 0\n\n    def discard",
-        "        self._newest = -1\n\n    def discard",
+        RING_TESTS,
     ),
     _m(
         "ring_truncate_stale_newest",
         RING,
         "                self._newest = position\n",
         "",
+        RING_TESTS,
+    ),
+    _m(
+        "ring_truncate_keeps_dropped",  # the dropped entries stay live
+        RING,
+        "            positions[slot] = _EMPTY\n",
+        "",
+        RING_TESTS,
+    ),
+    _m(
+        "ring_truncate_walk_short",  # the walk stops one slot early: the oldest is never reached
+        RING,
+        "        for _ in range(count):\n",
+        "        for _ in range(count - 1):\n",
+        RING_TESTS,
+    ),
+    _m(
+        "ring_truncate_wraps_at_capacity",  # the walk wraps at capacity, not the table's end
+        RING,
+        "slot = slot - 1 if slot else count - 1",
+        "slot = slot - 1 if slot else self._capacity - 1",
+        RING_TESTS,
+    ),
+    _m(
+        "ring_truncate_all_no_clear",  # nothing survives, and clear() is skipped
+        RING,
+        "            positions[slot] = _EMPTY\n        self.clear()\n",
+        "            positions[slot] = _EMPTY\n",
+        RING_TESTS,
     ),
     _m(
         "ring_discard_no_cursor_back",
         RING,
         "            self._cursor = slot\n",
         "",
+        RING_TESTS,
     ),
     _m(
         "ring_discard_stale_newest",
         RING,
-        "            self._newest = next(reversed(slot_of), -1)\n",
+        "            self._newest = next(self._newest_first(), -1)\n",
         "",
+        RING_TESTS,
     ),
     _m(
-        "ring_discard_keeps_owner",
+        "ring_discard_keeps_owner",  # the failed save's entry stays live
         RING,
-        "        del slot_of[position]\n        del self._owner_of[slot]\n",
-        "        del slot_of[position]\n",
+        "        self._positions[slot] = _EMPTY\n",
+        "",
+        RING_TESTS,
     ),
     _m(
         "ring_discard_cursor_back_always",
         RING,
         "        if position == self._newest:\n            self._cursor = slot\n",
         "        self._cursor = slot\n        if position == self._newest:\n",
+        RING_TESTS,
     ),
     _m(
-        "ring_clear_keeps_owners",
+        "ring_clear_keeps_positions",
         RING,
-        "        self._owner_of.clear()\n",
+        "        self._positions.clear()\n",
         "",
+        RING_TESTS,
     ),
     _m(
         "ring_clear_keeps_cursor",
         RING,
-        "        self._owner_of.clear()\n        self._cursor = 0\n",
-        "        self._owner_of.clear()\n",
+        "        self._tickets.clear()\n        self._cursor = 0\n",
+        "        self._tickets.clear()\n",
+        RING_TESTS,
     ),
     _m(
-        "ring_check_slot_equal_capacity_ok",
+        "ring_clear_keeps_newest",
         RING,
-        "if not 0 <= slot < capacity:",
-        "if not 0 <= slot <= capacity:",
+        "        self._cursor = 0\n        self._newest = -1\n",
+        "        self._cursor = 0\n",
+        RING_TESTS,
     ),
+    # check_valid (rule 9)
     _m(
         "ring_check_len_ge_capacity",
         RING,
-        "if len(slot_of) > capacity:",
-        "if len(slot_of) >= capacity:",
+        "or len(positions) > capacity:",
+        "or len(positions) >= capacity:",
+        RING_TESTS,
     ),
     _m(
-        "ring_check_owner_count_dropped",
+        "ring_check_len_off_by_one",
         RING,
-        "if len(owner_of) != len(slot_of) or any(",
-        "if any(",
+        "or len(positions) > capacity:",
+        "or len(positions) > capacity + 1:",
+        RING_TESTS,
     ),
     _m(
-        "ring_check_ticket_order_dropped",
+        "ring_check_table_lengths_dropped",
         RING,
-        "if any(a >= b for a, b in itertools.pairwise(tickets)) or -1 in tickets:",
-        "if -1 in tickets:",
-    ),
-    _m(
-        "ring_check_position_order_strict",
-        RING,
-        "if any(a >= b for a, b in itertools.pairwise(positions)):",
-        "if any(a > b for a, b in itertools.pairwise(positions)):",
-        equivalent=(
-            "positions are the keys of one dict, so two live positions are never equal: "
-            "'a >= b' and 'a > b' agree on every pair check_valid can see"
-        ),
+        "if len(positions) != len(tickets) or len(positions) > capacity:",
+        "if len(positions) > capacity:",
+        RING_TESTS,
     ),
     _m(
         "ring_check_cursor_equal_capacity_ok",
         RING,
-        "if not (0 <= self._cursor < capacity or",
-        "if not (0 <= self._cursor <= capacity or",
+        "if not (0 <= cursor < capacity or",
+        "if not (0 <= cursor <= capacity or",
+        RING_TESTS,
+    ),
+    _m(
+        "ring_check_cursor_past_table_ok",
+        RING,
+        " or cursor > len(positions):",
+        ":",
+        RING_TESTS,
+    ),
+    _m(
+        "ring_check_negative_position_ok",
+        RING,
+        "if any(p < 0 for p in in_order) or len(set(in_order)) != len(in_order):",
+        "if len(set(in_order)) != len(in_order):",
+        RING_TESTS,
+    ),
+    _m(
+        "ring_check_position_order_strict",
+        RING,
+        "if any(a >= b for a, b in itertools.pairwise(in_order)):",
+        "if any(a > b for a, b in itertools.pairwise(in_order)):",
+        RING_TESTS,
+        equivalent=(
+            "the check before it refuses two live entries at one position, so no pair it "
+            "sees is equal: 'a >= b' and 'a > b' agree on every pair"
+        ),
+    ),
+    _m(
+        "ring_check_ticket_order_dropped",
+        RING,
+        "if any(a >= b for a, b in itertools.pairwise(ticket_order)) or any(",
+        "if any(",
+        RING_TESTS,
+    ),
+    _m(
+        "ring_check_ticket_zero_ok",
+        RING,
+        "            t <= 0 for t in ticket_order\n",
+        "            t < 0 for t in ticket_order\n",
+        RING_TESTS,
     ),
     _m(
         "ring_check_newest_dropped",
         RING,
-        "if self._newest != next(reversed(slot_of), -1):",
+        "if self._newest != (in_order[-1] if in_order else -1):",
         "if False:",
+        RING_TESTS,
     ),
     # -- rollback.py ------------------------------------------------------------------------
+    # snapshot_boundary_if_ssm: identity fast path, the full check as its fallback, the save
     _m(
         "rb_snapshot_in_thinking",
         ROLLBACK,
-        "if not is_boundary or in_thinking:",
-        "if not is_boundary:",
+        "if is_boundary is False or in_thinking is True:",
+        "if is_boundary is False:",
+        ROLLBACK_TESTS,
     ),
     _m(
         "rb_save_ticket_is_position",
         ROLLBACK,
-        "SsmSnapshotSave(seq, recorded[0], token_position, recorded[1])",
-        "SsmSnapshotSave(seq, recorded[0], token_position, token_position)",
+        "trusted_save(seq, recorded[0], token_position, recorded[1])",
+        "trusted_save(seq, recorded[0], token_position, token_position)",
+        ROLLBACK_TESTS,
     ),
+    _m(
+        "rb_save_seq_slot_swapped",
+        ROLLBACK,
+        "trusted_save(seq, recorded[0], token_position, recorded[1])",
+        "trusted_save(recorded[0], seq, token_position, recorded[1])",
+        ROLLBACK_TESTS,
+    ),
+    _m(
+        "rb_disabled_ring_saves",
+        ROLLBACK,
+        "    if recorded is None:\n        return None\n    return trusted_save",
+        "    return trusted_save",
+        ROLLBACK_TESTS,
+    ),
+    _m(
+        "rb_fast_seq_type_unchecked",
+        ROLLBACK,
+        "        type(seq) is not int\n        or type(token_position)",
+        "        False\n        or type(token_position)",
+        ROLLBACK_TESTS,
+    ),
+    _m(
+        "rb_fast_position_type_unchecked",
+        ROLLBACK,
+        "        or type(token_position) is not int\n",
+        "",
+        ROLLBACK_TESTS,
+    ),
+    _m(
+        "rb_fast_seq_negative_unchecked",
+        ROLLBACK,
+        "        or seq < 0\n",
+        "",
+        ROLLBACK_TESTS,
+    ),
+    _m(
+        "rb_fast_position_negative_unchecked",
+        ROLLBACK,
+        "        or token_position < 0\n",
+        "",
+        ROLLBACK_TESTS,
+    ),
+    _m(
+        "rb_fast_ring_type_unchecked",
+        ROLLBACK,
+        "        or type(ring) is not SsmDecodeRing\n",
+        "",
+        ROLLBACK_TESTS,
+    ),
+    _m(
+        "rb_fast_in_thinking_unchecked",
+        ROLLBACK,
+        "        or (in_thinking is not False and in_thinking is not True)\n",
+        "",
+        ROLLBACK_TESTS,
+    ),
+    _m(
+        "rb_fast_is_boundary_unchecked",
+        ROLLBACK,
+        "        or (is_boundary is not False and is_boundary is not True)\n",
+        "",
+        ROLLBACK_TESTS,
+    ),
+    _m(
+        "rb_fallback_seq_unchecked",
+        ROLLBACK,
+        '        seq = check_non_negative_int("seq", seq)\n        token_position',
+        "        token_position",
+        ROLLBACK_TESTS,
+    ),
+    _m(
+        "rb_fallback_in_thinking_unchecked",
+        ROLLBACK,
+        '        _check_bool("in_thinking", in_thinking)\n',
+        "",
+        ROLLBACK_TESTS,
+    ),
+    # boundaries, limits and the plan
     _m(
         "rb_boundary_pair_0_1_unchecked",
         ROLLBACK,
         "if index > 0 and _boundary_at(boundaries, index - 1) >= found:",
         "if index > 1 and _boundary_at(boundaries, index - 1) >= found:",
+        ROLLBACK_TESTS,
     ),
     _m(
         "rb_boundary_equal_pair_ok",
         ROLLBACK,
         "if index > 0 and _boundary_at(boundaries, index - 1) >= found:",
         "if index > 0 and _boundary_at(boundaries, index - 1) > found:",
+        ROLLBACK_TESTS,
     ),
     _m(
         "rb_boundary_0_unchecked",
         ROLLBACK,
         "    if index >= 0:\n        found = _boundary_at(boundaries, index)",
         "    if index > 0:\n        found = _boundary_at(boundaries, index)",
+        ROLLBACK_TESTS,
     ),
     _m(
         "rb_boundary_negative_ok",
         ROLLBACK,
         "    if type(value) is not int or value < 0:\n        value = check_non_negative_int(f",
         "    if type(value) is not int:\n        value = check_non_negative_int(f",
+        ROLLBACK_TESTS,
     ),
     _m(
         "rb_last_boundary_equal_current_refused",
         ROLLBACK,
         "if last > current_len:",
         "if last >= current_len:",
+        ROLLBACK_TESTS,
     ),
     _m(
         "rb_last_boundary_unchecked",
         ROLLBACK,
         "if last > current_len:",
         "if False:",
+        ROLLBACK_TESTS,
     ),
     _m(
         "rb_limit_max",
         ROLLBACK,
         "min(at_most, ceiling)",
         "max(at_most, ceiling)",
+        ROLLBACK_TESTS,
     ),
     _m(
         "rb_find_limit_exclusive",
         ROLLBACK,
         "if limit is not None and position > limit:",
         "if limit is not None and position >= limit:",
+        ROLLBACK_TESTS,
     ),
     _m(
         "rb_find_not_a_boundary",
         ROLLBACK,
         "if index >= 0 and boundaries[index] == position:",
         "if index >= 0:",
+        ROLLBACK_TESTS,
     ),
     _m(
         "rb_current_len_guard_off_by_one",
         ROLLBACK,
         "if newest > current_len:",
         "if newest > current_len + 1:",
+        ROLLBACK_TESTS,
     ),
     _m(
         "rb_current_len_guard_refuses_equal",
         ROLLBACK,
         "if newest > current_len:",
         "if newest >= current_len:",
+        ROLLBACK_TESTS,
     ),
     _m(
         "rb_current_len_guard_dropped",
         ROLLBACK,
         "if newest > current_len:",
         "if False:",
+        ROLLBACK_TESTS,
     ),
     _m(
         "rb_disabled_not_declined_first",
@@ -375,36 +765,42 @@ MUTANTS: tuple[Mutant, ...] = (
         "        if not ring.is_enabled:\n            return RollbackDeclined(seq, "
         "DeclineReason.RING_DISABLED)\n",
         "",
+        ROLLBACK_TESTS,
     ),
     _m(
         "rb_no_truncate",
         ROLLBACK,
         "        ring.truncate_after(target)\n",
         "",
+        ROLLBACK_TESTS,
     ),
     _m(
         "rb_restore_wrong_slot",
         ROLLBACK,
         "SsmSnapshotRestore(seq, entry.snapshot_slot, target, entry.ticket)",
         "SsmSnapshotRestore(seq, ring.next_slot, target, entry.ticket)",
+        ROLLBACK_TESTS,
     ),
     _m(
         "rb_tokens_dropped_off_by_one",
         ROLLBACK,
         "return RollbackPlan(seq, target, current_len - target, (restore,))",
         "return RollbackPlan(seq, target, current_len - target - 1, (restore,))",
+        ROLLBACK_TESTS,
     ),
     _m(
         "rb_attention_first_boundary_declined",
         ROLLBACK,
         "    if index < 0:\n        return RollbackDeclined(seq, DeclineReason.NO_BOUNDARY)",
         "    if index <= 0:\n        return RollbackDeclined(seq, DeclineReason.NO_BOUNDARY)",
+        ROLLBACK_TESTS,
     ),
     _m(
         "rb_shortfall_off_by_one",
         ROLLBACK,
         "if _last_boundary_index(boundaries, limit) < 0:",
         "if _last_boundary_index(boundaries, limit) <= 0:",
+        ROLLBACK_TESTS,
     ),
     # -- pool.py ----------------------------------------------------------------------------
     _m(
@@ -643,67 +1039,163 @@ MUTANTS: tuple[Mutant, ...] = (
         "        if rows:\n            self._copy_restores",
         "        if True:\n            self._copy_restores",
     ),
-    # -- the batched step: SaveBatch checks, _record_rows, snapshot_boundaries ---------------
+    # -- _batched.py: snapshot_boundaries ----------------------------------------------------
+    # the known-dtype table: a column of one of these skips the per-element type scan
     _m(
-        "batch_ring_cursor_wraps_late",
-        RING,
-        "ring._cursor = slot + 1 if slot + 1 < capacity else 0",
-        "ring._cursor = slot + 1 if slot + 1 <= capacity else 0",
+        "batch_known_float_typecodes",
+        BATCHED,
+        '**dict.fromkeys("bBhHiIlLqQ", int),',
+        '**dict.fromkeys("bBhHiIlLqQfd", int),',
+        BATCHED_TESTS,
     ),
     _m(
-        "batch_ring_no_eviction",
-        RING,
-        "                del ring._slot_of[evicted]\n",
-        "                pass\n",
+        "batch_known_float_dtypes",
+        BATCHED,
+        '_INT_TYPES = ("int8",',
+        '_INT_TYPES = ("float32", "float64", "int8",',
+        BATCHED_TESTS,
     ),
     _m(
-        "batch_ring_stale_newest",
-        RING,
-        "            ring._newest = position\n",
-        "",
+        "batch_known_bool_as_int",
+        BATCHED,
+        '    "bool": bool,\n',
+        '    "bool": int,\n',
+        BATCHED_TESTS,
     ),
     _m(
-        "batch_ring_ticket_reused_per_slot",
-        RING,
-        "ticket = ring._ticket_of[slot] = mint()",
-        "ticket = ring._ticket_of[slot] = ring._ticket_of.get(slot) or mint()",
+        "batch_known_torch_bool_as_int",
+        BATCHED,
+        '"torch.bool": bool,',
+        '"torch.bool": int,',
+        BATCHED_TESTS,
     ),
     _m(
-        "batch_ring_disabled_records",
-        RING,
-        "            if not capacity:\n                continue\n",
-        "            if not capacity:\n                capacity = 1\n",
+        "batch_unknown_dtype_trusted",
+        BATCHED,
+        "known = _KNOWN_TYPES.get(str(dtype))",
+        "known = _KNOWN_TYPES.get(str(dtype), int)",
+        BATCHED_TESTS,
+    ),
+    # the validation fast paths and their fallbacks
+    _m(
+        "batch_ints_trust_any_known",
+        BATCHED,
+        "if values and (known is int or set(map(type, values)) == {int}):",
+        "if values and (known is not None or set(map(type, values)) == {int}):",
+        BATCHED_TESTS,
     ),
     _m(
-        "batch_step_in_thinking_records",
-        "_batched.py",
-        "chosen = [k for k in compress(range(n), boundary) if not thinking[k]]",
-        "chosen = list(compress(range(n), boundary))",
+        "batch_ints_negative_ok",
+        BATCHED,
+        "        if min(ints) >= 0:\n",
+        "        if min(ints) >= -1:\n",
+        BATCHED_TESTS,
     ),
     _m(
-        "batch_step_order_allows_equal",
-        "_batched.py",
-        "if any(map(le, chosen_positions, newest)):",
-        "if any(p < q for p, q in zip(chosen_positions, newest, strict=True)):",
+        "batch_ints_zero_takes_fallback",
+        BATCHED,
+        "        if min(ints) >= 0:\n",
+        "        if min(ints) > 0:\n",
+        BATCHED_TESTS,
+        equivalent=(
+            "only slower: the element loop the column then takes checks each int >= 0 and "
+            "returns the same values"
+        ),
+    ),
+    _m(
+        "batch_flags_trust_any_known",
+        BATCHED,
+        "    if known is bool:\n",
+        "    if known is not None:\n",
+        BATCHED_TESTS,
+    ),
+    _m(
+        "batch_flags_values_unchecked",
+        BATCHED,
+        "not (types <= {bool, int} and set(values) <= {0, 1})",
+        "not (types <= {bool, int})",
+        BATCHED_TESTS,
+    ),
+    _m(
+        "batch_step_lengths_unchecked",
+        BATCHED,
+        "    if len(set(lengths.values())) > 1:\n",
+        "    if False:\n",
+        BATCHED_TESTS,
     ),
     _m(
         "batch_step_duplicate_rows_ok",
-        "_batched.py",
+        BATCHED,
         "    if rows is not None and len(set(row_list)) != n:",
         "    if False:",
+        BATCHED_TESTS,
     ),
+    # the rings of the rows
     _m(
         "batch_step_ring_count_off_by_one",
-        "_batched.py",
+        BATCHED,
         "        if rows and max(rows) >= count:",
         "        if rows and max(rows) > count:",
+        BATCHED_TESTS,
     ),
     _m(
         "batch_step_fast_rings_too_few",
-        "_batched.py",
+        BATCHED,
         "in_order and type(rings) is list and len(rings) >= len(rows)",
         "in_order and type(rings) is list and len(rings) >= len(rows) - 1",
+        BATCHED_TESTS,
     ),
+    _m(
+        "batch_step_fast_rings_ignore_rows",
+        BATCHED,
+        "in_order and type(rings) is list and len(rings) >= len(rows)",
+        "type(rings) is list and len(rings) >= len(rows)",
+        BATCHED_TESTS,
+    ),
+    _m(
+        "batch_step_ring_types_unchecked",
+        BATCHED,
+        "    if set(map(type, found)) - {SsmDecodeRing}:\n",
+        "    if False:\n",
+        BATCHED_TESTS,
+    ),
+    # the selection of the rows that record, and its all-rows shortcut
+    _m(
+        "batch_step_in_thinking_records",
+        BATCHED,
+        "chosen = [k for k in compress(range(n), boundary) if not thinking[k]]",
+        "chosen = list(compress(range(n), boundary))",
+        BATCHED_TESTS,
+    ),
+    _m(
+        "batch_all_rows_ignores_boundary",
+        BATCHED,
+        "if not thinking_rows and boundary.count(True) == n:",
+        "if not thinking_rows:",
+        BATCHED_TESTS,
+    ),
+    _m(
+        "batch_all_rows_ignores_thinking",
+        BATCHED,
+        "if not thinking_rows and boundary.count(True) == n:",
+        "if boundary.count(True) == n:",
+        BATCHED_TESTS,
+    ),
+    _m(
+        "batch_chosen_rows_are_indices",
+        BATCHED,
+        "chosen_rows = chosen if rows is None else list(map(row_list.__getitem__, chosen))",
+        "chosen_rows = chosen",
+        BATCHED_TESTS,
+    ),
+    _m(
+        "batch_step_order_allows_equal",
+        BATCHED,
+        "if any(map(le, chosen_positions, newest)):",
+        "if any(p < q for p, q in zip(chosen_positions, newest, strict=True)):",
+        BATCHED_TESTS,
+    ),
+    # -- the batched step's checks in _slots.py and pool.py ----------------------------------
     _m(
         "batch_tags_seq_equal_rows",
         SLOTS,
@@ -758,38 +1250,69 @@ MUTANTS: tuple[Mutant, ...] = (
         "                if has_restores:\n",
         "                if False:\n",
     ),
-    # -- _effects.py --------------------------------------------------------------------------
+    # -- _effect_values.py --------------------------------------------------------------------
     _m(
         "effects_dict_drops_ticket",
-        EFFECTS,
-        '            "ticket": self.ticket,\n',
-        "",
+        EFFECT_VALUES,
+        "**attrs.asdict(self, recurse=False)}",
+        '**attrs.asdict(self, recurse=False, filter=lambda a, _: a.name != "ticket")}',
+        EFFECT_TESTS,
     ),
+    _m(
+        "effects_accept_dict_swapped",
+        EFFECT_VALUES,
+        '"seq": self.seq, "index": self.index}',
+        '"seq": self.index, "index": self.seq}',
+        EFFECT_TESTS,
+    ),
+    _m(
+        "effects_negative_ok",
+        EFFECT_VALUES,
+        "if type(value) is not int or value < 0:  # effects",
+        "if type(value) is not int:  # effects",
+        EFFECT_TESTS,
+    ),
+    _m(
+        "effects_ticket_unvalidated",
+        EFFECT_VALUES,
+        "    ticket: int = attrs.field(validator=_non_negative_int)",
+        "    ticket: int = attrs.field()",
+        EFFECT_TESTS,
+    ),
+    _m(
+        "effects_source_negative_ok",
+        EFFECT_VALUES,
+        "if value is not None and (type(value) is not int or value < 0):",
+        "if value is not None and type(value) is not int:",
+        EFFECT_TESTS,
+    ),
+    _m(
+        "effects_restore_kind_is_save",  # the old effects_kinds_swapped: one kind for both
+        EFFECT_VALUES,
+        'kind: ClassVar[str] = "ssm_snapshot_restore"',
+        'kind: ClassVar[str] = "ssm_snapshot_save"',
+        EFFECT_TESTS,
+    ),
+    _m(
+        "effects_trusted_save_fields_swapped",
+        EFFECT_VALUES,
+        'for name in ("seq", "slot", "token_position", "ticket", "source")',
+        'for name in ("seq", "slot", "ticket", "token_position", "source")',
+        EFFECT_TESTS,
+    ),
+    _m(
+        "effects_trusted_save_drops_source",
+        EFFECT_VALUES,
+        "    _set_source(save, source)\n",
+        "    _set_source(save, None)\n",
+        EFFECT_TESTS,
+    ),
+    # -- _effects.py --------------------------------------------------------------------------
     _m(
         "effects_dict_extra_keys_ok",
         EFFECTS,
         "if keys != set(fields):",
         "if not keys >= set(fields):",
-    ),
-    _m(
-        "effects_negative_ok",
-        EFFECTS,
-        "if type(value) is not int or value < 0:",
-        "if type(value) is not int:",
-    ),
-    _m(
-        "effects_kinds_swapped",
-        EFFECTS,
-        '    "ssm_snapshot_save": SsmSnapshotSave,\n'
-        '    "ssm_snapshot_restore": SsmSnapshotRestore,',
-        '    "ssm_snapshot_save": SsmSnapshotRestore,\n'
-        '    "ssm_snapshot_restore": SsmSnapshotSave,',
-    ),
-    _m(
-        "effects_ticket_unvalidated",
-        EFFECTS,
-        "    ticket: int = attrs.field(validator=_non_negative_int)",
-        "    ticket: int = attrs.field()",
     ),
     # -- backends/fake.py ---------------------------------------------------------------------
     _m(
@@ -813,62 +1336,143 @@ MUTANTS: tuple[Mutant, ...] = (
         "            live[(seq + 1) % len(live)] = stored[i]",
         FAKE,
     ),
-    # -- backends/torch.py --------------------------------------------------------------------
+    # -- backends/_torch_copy.py --------------------------------------------------------------
+    # destination rows a range: one index_select into a narrow view
+    _m(
+        "torch_copy_move_range_args_swapped",
+        TORCH_COPY,
+        "first, order = _as_range(dst, src)",
+        "first, order = _as_range(src, dst)",
+        COPY_TESTS,
+    ),
+    _m(
+        "torch_copy_dst_range_from_row_0",
+        TORCH_COPY,
+        "out=t.narrow(dim, first, count)",
+        "out=t.narrow(dim, 0, count)",
+        COPY_TESTS,
+    ),
     _m(
         "torch_copy_range_order_trusted",
         TORCH_COPY,
         "    if rows == list(range(first, first + count)):\n",
         "    if True:\n",
-        TORCH,
+        COPY_TESTS,
     ),
     _m(
         "torch_copy_range_test_off_by_one",
         TORCH_COPY,
         "    if max(rows) - first + 1 != count:",
         "    if max(rows) - first != count:",
-        TORCH,
+        COPY_TESTS,
     ),
     _m(
-        "torch_copy_save_range_from_row_0",
+        "torch_copy_order_off_by_one",
         TORCH_COPY,
-        "storage.index_copy_(dim, slots, live.narrow(dim, first, len(rows)))",
-        "storage.index_copy_(dim, slots, live.narrow(dim, 0, len(rows)))",
-        TORCH,
+        "        order[row - first] = value",
+        "        order[(row - first + 1) % count] = value",
+        COPY_TESTS,
+    ),
+    # the choice between _foreach_copy_ and the index ops
+    _m(
+        "torch_copy_threads_ignored",
+        TORCH_COPY,
+        "if self._auto and torch.get_num_threads() != 1:",
+        "if False:",
+        COPY_TESTS,
     ),
     _m(
-        "torch_copy_restore_range_from_row_0",
+        "torch_copy_wide_threshold_strict",
         TORCH_COPY,
-        "out=live.narrow(dim, first, len(rows))",
-        "out=live.narrow(dim, 0, len(rows))",
-        TORCH,
+        "_row_bytes(t, batch_dim) >= WIDE_ROW_BYTES",
+        "_row_bytes(t, batch_dim) > WIDE_ROW_BYTES",
+        COPY_TESTS,
     ),
     _m(
-        "torch_copy_scattered_save_indices_swapped",
+        "torch_copy_narrow_rows_skipped_when_mixed",
         TORCH_COPY,
-        "        row_index, slot_index = self._indices(rows, flat)\n"
-        "        for i, (live, storage) in enumerate(self._pairs):\n"
-        "            gathered = self._scratch_for(i, live, len(rows))\n"
-        "            torch.index_select(live, dim, row_index, out=gathered)",
-        "        slot_index, row_index = self._indices(rows, flat)\n"
-        "        for i, (live, storage) in enumerate(self._pairs):\n"
-        "            gathered = self._scratch_for(i, live, len(rows))\n"
-        "            torch.index_select(live, dim, row_index, out=gathered)",
-        TORCH,
+        "        if not all(by_row):\n",
+        "        if not any(by_row):\n",
+        COPY_TESTS,
+    ),
+    _m(
+        "torch_copy_index_ops_skip_inverted",
+        TORCH_COPY,
+        "            if not done\n",
+        "            if done\n",
+        COPY_TESTS,
+    ),
+    # _foreach_copy_ over the rows' views, in source-row order
+    _m(
+        "torch_copy_each_row_unsorted",
+        TORCH_COPY,
+        "    if any(b < a for a, b in pairwise(src)):\n",
+        "    if False:\n",
+        COPY_TESTS,
+        equivalent=(
+            "the sort only orders the memory traffic: dst holds no row twice and the source "
+            "and target are different RowSets, so every order writes the same bytes"
+        ),
+    ),
+    _m(
+        "torch_copy_each_row_sorts_src_only",
+        TORCH_COPY,
+        "src, dst = [src[k] for k in order], [dst[k] for k in order]",
+        "src = [src[k] for k in order]",
+        COPY_TESTS,
+    ),
+    _m(
+        "torch_copy_each_row_direction_swapped",
+        TORCH_COPY,
+        "torch._foreach_copy_([to_rows[r] for r in dst], [from_rows[r] for r in src])",
+        "torch._foreach_copy_([from_rows[r] for r in src], [to_rows[r] for r in dst])",
+        COPY_TESTS,
+    ),
+    _m(
+        "torch_copy_row_views_on_dim_0",
+        TORCH_COPY,
+        "list(self.tensors[i].unbind(self._dim))",
+        "list(self.tensors[i].unbind(0))",
+        COPY_TESTS,
+    ),
+    # the index ops: source rows a range (one index_copy_), else gather and scatter
+    _m(
+        "torch_copy_src_range_never_taken",
+        TORCH_COPY,
+        "first, order = _as_range(src, dst)",
+        "first, order = _as_range(dst, src)",
+        COPY_TESTS,
+    ),
+    _m(
+        "torch_copy_src_range_from_row_0",
+        TORCH_COPY,
+        "s.narrow(dim, first, count))",
+        "s.narrow(dim, 0, count))",
+        COPY_TESTS,
+    ),
+    _m(
+        "torch_copy_scatter_indices_swapped",
+        TORCH_COPY,
+        "src_index, dst_index = self._indices(src, dst)",
+        "dst_index, src_index = self._indices(src, dst)",
+        COPY_TESTS,
     ),
     _m(
         "torch_copy_scratch_rows_on_dim_0",
         TORCH_COPY,
         "        shape[self._dim] = count",
         "        shape[0] = count",
-        TORCH,
+        COPY_TESTS,
     ),
+    # row_views: the widest integer dtype a row divides into
     _m(
-        "torch_copy_order_off_by_one",
+        "torch_copy_row_views_narrowest_first",
         TORCH_COPY,
-        "        order[row - first] = slot",
-        "        order[(row - first + 1) % count] = slot",
-        TORCH,
+        "_ROW_DTYPES: Final = (torch.int64, torch.int32, torch.int16, torch.uint8)",
+        "_ROW_DTYPES: Final = (torch.uint8, torch.int16, torch.int32, torch.int64)",
+        COPY_TESTS,
     ),
+    # -- backends/torch.py --------------------------------------------------------------------
     _m(
         "torch_owned_check_dropped",
         TORCH_MOD,

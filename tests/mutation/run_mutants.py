@@ -3,6 +3,7 @@
 Usage (from the repository root, in the project's virtual environment)::
 
     HYPOTHESIS_PROFILE=ci python tests/mutation/run_mutants.py [--jobs 2] [--only NAME ...]
+        [--module MODULE ...]
 
 For every mutant: copy ``src/``, ``tests/``, ``docs/``, ``pyproject.toml`` and
 ``README.md`` into ``<workdir>/<name>``, replace the mutant's original snippet
@@ -57,29 +58,44 @@ def pytest_configure(config):
 FAILED = re.compile(r"^(FAILED|ERROR) (\S+)", re.MULTILINE)
 
 
-def copy_repository(dest: Path, rev: str | None, overlay: Sequence[str]) -> None:
-    """A fresh copy of what the tests need: the work tree's, or ``rev``'s plus ``overlay``."""
+def extract(dest: Path, rev: str, names: Sequence[str]) -> None:
+    """Write ``names`` (those ``rev`` has) as they are at ``rev`` under ``dest``."""
+    present = subprocess.run(
+        ["git", "ls-tree", "--name-only", rev, *names],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    if not present:
+        return
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", rev, *present],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+
+
+def copy_repository(
+    dest: Path, rev: str | None, overlay: Sequence[str], overlay_rev: str | None = None
+) -> None:
+    """A fresh copy of what the tests need: the work tree's, or ``rev``'s plus ``overlay``.
+
+    The overlay comes from the work tree, or from ``overlay_rev`` when given.
+    """
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
     if rev is None:
         names: Sequence[str] = COPIED
     else:
-        present = subprocess.run(
-            ["git", "ls-tree", "--name-only", rev, *COPIED],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.split()
-        archive = subprocess.run(
-            ["git", "archive", "--format=tar", rev, *present],
-            cwd=ROOT,
-            capture_output=True,
-            check=True,
-        ).stdout
-        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+        extract(dest, rev, COPIED)
         names = overlay
+        if overlay_rev is not None:
+            extract(dest, overlay_rev, overlay)
+            names = ()
     ignore = shutil.ignore_patterns("__pycache__", ".hypothesis", "*.pyc", ".pytest_cache")
     for name in names:
         source = ROOT / name
@@ -116,7 +132,7 @@ def run_one(
     else:
         tests, selector, name = list(mutant.tests), list(mutant.select), mutant.name
     dest = args.workdir / name
-    copy_repository(dest, args.rev, args.overlay)
+    copy_repository(dest, args.rev, args.overlay, args.overlay_rev)
     stale = "" if mutant is None else apply_mutant(dest, mutant)
     if stale:
         shutil.rmtree(dest, ignore_errors=True)
@@ -208,6 +224,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2, help="parallel runs (default 2)")
     parser.add_argument("--only", nargs="*", default=[], help="run only these mutants")
+    parser.add_argument(
+        "--module",
+        nargs="*",
+        default=[],
+        help="run only the mutants of these modules (paths under src/ssm_rollback)",
+    )
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per mutant")
     parser.add_argument("--workdir", type=Path, default=Path("/tmp/mutants"))
     parser.add_argument("--json", type=Path, help="also write the results here")
@@ -219,6 +241,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=[],
         help="with --rev: work-tree files copied over the commit's (new tests)",
     )
+    parser.add_argument(
+        "--overlay-rev",
+        help="with --rev: take the --overlay files from this commit instead of the work tree",
+    )
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     parser.add_argument(
         "--merge",
@@ -227,15 +253,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="run nothing: report the results of these --json files, later ones winning",
     )
     args = parser.parse_args(argv)
+    if args.overlay_rev is not None and args.rev is None:
+        raise SystemExit("--overlay-rev needs --rev")
     if args.rev is not None:  # one commit for every copy, even if the branch moves meanwhile
-        args.rev = subprocess.run(
-            ["git", "rev-parse", "--verify", f"{args.rev}^{{commit}}"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
+        args.rev = _commit(args.rev)
         print(f"mutating commit {args.rev}")
+    if args.overlay_rev is not None:
+        args.overlay_rev = _commit(args.overlay_rev)
+        print(f"overlay {' '.join(args.overlay)} from commit {args.overlay_rev}")
 
     names = [m.name for m in MUTANTS]
     if len(set(names)) != len(names):
@@ -254,7 +279,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = set(args.only) - set(names)
     if unknown:
         raise SystemExit(f"unknown mutants: {sorted(unknown)}")
-    chosen = [m for m in MUTANTS if not args.only or m.name in args.only]
+    unknown = set(args.module) - {m.module for m in MUTANTS}
+    if unknown:
+        raise SystemExit(f"no mutants of these modules: {sorted(unknown)}")
+    chosen = [
+        m
+        for m in MUTANTS
+        if (not args.only or m.name in args.only) and (not args.module or m.module in args.module)
+    ]
 
     jobs = max(1, min(args.jobs, 2))  # at most two: the machine is shared
     results: list[dict[str, object]] = []
@@ -280,6 +312,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             results.append(result)
             print(f"{result['name']:40} {result['status']:9} {result['seconds']:7}s", flush=True)
     return report(results, args)
+
+
+def _commit(rev: str) -> str:
+    """``rev`` as a full commit id."""
+    return subprocess.run(
+        ["git", "rev-parse", "--verify", f"{rev}^{{commit}}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
 
 
 def report(results: list[dict[str, object]], args: argparse.Namespace) -> int:
