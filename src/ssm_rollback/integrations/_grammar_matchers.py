@@ -86,8 +86,34 @@ def _check_rollback(num_tokens: int, limit: int) -> int:
     return num_tokens
 
 
+class _CountedAdapter:
+    """What both adapters keep alike: the bitmask width and the tokens taken through them.
+
+    ``_max`` bounds a rollback's reach (``None``: every token taken here).
+    """
+
+    _vocab_size: int
+    _accepted: int
+    _max: int | None
+
+    @property
+    def vocab_size(self) -> int:
+        """The token ids the bitmask covers (the tokenizer's vocabulary)."""
+        return self._vocab_size
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens accepted through the adapter and not rolled back."""
+        return self._accepted
+
+    @property
+    def rollback_limit(self) -> int:
+        """How many of the newest accepted tokens ``rollback`` can give back now."""
+        return self._accepted if self._max is None else min(self._accepted, self._max)
+
+
 @final
-class XGrammarMatcher:
+class XGrammarMatcher(_CountedAdapter):
     """A ``GrammarMatcher`` over an ``xgrammar.GrammarMatcher``.
 
     ``vocab_size`` is the tokenizer info's (the bitmask width follows it).
@@ -132,21 +158,6 @@ class XGrammarMatcher:
         """The wrapped xgrammar matcher (read it; move it only through the adapter)."""
         return self._matcher
 
-    @property
-    def vocab_size(self) -> int:
-        """The token ids the bitmask covers."""
-        return self._vocab_size
-
-    @property
-    def num_tokens(self) -> int:
-        """Tokens accepted through the adapter and not rolled back."""
-        return self._accepted
-
-    @property
-    def rollback_limit(self) -> int:
-        """How many of the newest accepted tokens ``rollback`` can give back now."""
-        return self._accepted if self._max is None else min(self._accepted, self._max)
-
     def is_terminated(self) -> bool:
         """True once the stop token was accepted."""
         return self._matcher.is_terminated()
@@ -189,7 +200,7 @@ class XGrammarMatcher:
 
 
 @final
-class LLGuidanceMatcher:
+class LLGuidanceMatcher(_CountedAdapter):
     """A ``GrammarMatcher`` over an ``llguidance.LLMatcher`` built with ``tokenizer``.
 
     The adapter keeps the engine out of its error state: a token is checked
@@ -242,21 +253,6 @@ class LLGuidanceMatcher:
     def matcher(self) -> llguidance.LLMatcher:
         """The wrapped llguidance matcher (read it; move it only through the adapter)."""
         return self._matcher
-
-    @property
-    def vocab_size(self) -> int:
-        """The token ids the bitmask covers (the tokenizer's vocabulary)."""
-        return self._vocab_size
-
-    @property
-    def num_tokens(self) -> int:
-        """Tokens accepted through the adapter and not rolled back."""
-        return self._accepted
-
-    @property
-    def rollback_limit(self) -> int:
-        """How many of the newest accepted tokens ``rollback`` can give back now."""
-        return self._accepted if self._max is None else min(self._accepted, self._max)
 
     def is_terminated(self) -> bool:
         """True once an EOS was accepted (or the engine failed): nothing more is taken."""
