@@ -24,8 +24,9 @@ from transformers import AutoModelForCausalLM
 from transformers.utils import logging as hf_logging
 
 from .._errors import InvalidArgumentTypeError
+from ..integrations._decoding import _Counts
 from ..integrations.grammar import ByteTokenizer, GrammarMatcher, allocate_token_bitmask
-from ..integrations.transformers import GenerationReport, backtracking_generate
+from ..integrations.transformers import backtracking_generate
 from ..testing._tiny import tiny_config
 from ._bans import BanningMatcher
 from ._judge import BOUNDARY_BYTES, Judge
@@ -105,24 +106,6 @@ class _Reject:
         return keep
 
 
-@attrs.define
-class _Totals:
-    """The decoder's counters, summed over the calls."""
-
-    tokens: int = 0
-    rollbacks_served: int = 0
-    rollbacks_declined: int = 0
-    tokens_regenerated: int = 0
-    mismatches: int = 0
-
-    def add(self, report: GenerationReport) -> None:
-        self.tokens += report.tokens
-        self.rollbacks_served += report.rollbacks_served
-        self.rollbacks_declined += report.rollbacks_declined
-        self.tokens_regenerated += report.tokens_regenerated
-        self.mismatches += report.mismatches
-
-
 def run_grammar_demo(
     options: GrammarDemoOptions, progress: Callable[[int, int], None] | None = None
 ) -> GrammarDemoReport:
@@ -161,7 +144,7 @@ def _run(
     generator = torch.Generator().manual_seed(options.seed)
     prompt = torch.tensor([tokenizer.encode(_PROMPT)])
     outcomes: list[CallOutcome] = []
-    totals = _Totals()
+    totals = _Counts()  # the decoder's counters, summed over the calls
     for index in range(options.calls):
         policy = Policy.drawn(rng)
         matcher = BanningMatcher(fresh())

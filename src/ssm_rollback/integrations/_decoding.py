@@ -52,6 +52,11 @@ class _Counts:
     #: With ``check_rollbacks``: rollbacks whose next logits differ from a fresh decode.
     mismatches: int = 0
 
+    def add(self, other: _Counts) -> None:
+        """Add ``other``'s counters to these: the totals of several runs."""
+        for field in attrs.fields(_Counts):
+            setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
+
     def freeze(self) -> GenerationReport:
         return GenerationReport(**attrs.asdict(self))
 
