@@ -13,7 +13,13 @@ import attrs
 
 from ._errors import InvalidArgumentTypeError, check_non_negative_int
 
-__all__ = ["SsmSnapshotRestore", "SsmSnapshotSave", "SsmStateAccept", "trusted_save"]
+__all__ = [
+    "SsmSnapshotRestore",
+    "SsmSnapshotSave",
+    "SsmStateAccept",
+    "slot_setter",
+    "trusted_save",
+]
 
 
 def _non_negative_int(_instance: object, attribute: attrs.Attribute[int], value: int) -> None:
@@ -100,7 +106,8 @@ class SsmStateAccept:
 _new = object.__new__
 
 
-def _slot_setter(cls: type, name: str) -> Callable[[object, object], None]:
+def slot_setter(cls: type, name: str) -> Callable[[object, object], None]:
+    """The setter of ``cls``'s slot ``name``, for building a frozen value the library checked."""
     # The slot's own descriptor: about a third cheaper than object.__setattr__,
     # which looks the name up again on every call.
     for klass in cls.__mro__:
@@ -111,7 +118,7 @@ def _slot_setter(cls: type, name: str) -> Callable[[object, object], None]:
 
 
 _set_seq, _set_slot, _set_position, _set_ticket, _set_source = (
-    _slot_setter(SsmSnapshotSave, name)
+    slot_setter(SsmSnapshotSave, name)
     for name in ("seq", "slot", "token_position", "ticket", "source")
 )
 

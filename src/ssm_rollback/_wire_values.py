@@ -10,12 +10,18 @@ built anew.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import partial
 from operator import add
 from typing import Final
 
-from ._effect_values import SsmSnapshotRestore, SsmSnapshotSave, SsmStateAccept, trusted_save
+from ._effect_values import (
+    SsmSnapshotRestore,
+    SsmSnapshotSave,
+    SsmStateAccept,
+    slot_setter,
+    trusted_save,
+)
 from ._save_batch import LIVE, SaveBatch
 
 __all__ = ["accepts", "restore", "save", "save_batch"]
@@ -24,18 +30,11 @@ _new = object.__new__
 _set = object.__setattr__
 
 
-def _slot_setter(cls: type, name: str) -> Callable[[object, int], None]:
-    """The slot's own descriptor: cheaper than ``object.__setattr__``, which looks it up anew."""
-    owner = next(k for k in cls.__mro__ if name in vars(k))
-    setter: Callable[[object, int], None] = vars(owner)[name].__set__
-    return setter
-
-
 _RESTORE_FIELDS: Final = tuple(
-    _slot_setter(SsmSnapshotRestore, name) for name in ("seq", "slot", "token_position", "ticket")
+    slot_setter(SsmSnapshotRestore, name) for name in ("seq", "slot", "token_position", "ticket")
 )
 _UNSHIFTED: Final = partial(add, LIVE)  # a source on the wire, back: 0 -> LIVE, i + 1 -> i
-_ACCEPT_FIELDS: Final = tuple(_slot_setter(SsmStateAccept, name) for name in ("seq", "index"))
+_ACCEPT_FIELDS: Final = tuple(slot_setter(SsmStateAccept, name) for name in ("seq", "index"))
 
 #: The most interned accepts kept; past it the table starts again (a bound, not a tuning knob).
 ACCEPT_LIMIT: Final = 1 << 16
