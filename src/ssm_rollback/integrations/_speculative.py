@@ -31,8 +31,8 @@ __all__ = ["DraftFn", "speculative_generate"]
 #: A drafter: ``draft(tokens, k)`` proposes up to ``k`` token ids to follow ``tokens``.
 DraftFn = Callable[[list[int], int], Sequence[int]]
 
-#: A replay wider than this many verify steps is fed in a forward pass of its own. Wider
-#: forward passes cost little more (CPU: the Mamba2 scan pads to its chunk; GPU: width is
+#: A replay wider than this many verify steps is fed in a forward pass of its own. A wider
+#: forward pass costs little more than a narrow one (CPU: 9 tokens 1.05x of 5; GPU: width is
 #: nearly free), while an extra pass costs a whole one: fold a few rejected steps, not all.
 _REPLAY_STEPS = 4
 

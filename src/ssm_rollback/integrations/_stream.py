@@ -6,7 +6,9 @@ checkpoint of the recurrent state in a ``HybridCacheSnapshotPool`` slot of its
 own (after the ring's slots), and rewinds to it by restoring the slot and
 cropping the attention KV. Tokens a rewind drops but the caller wants back
 are queued and fed in front of the next ``feed``, in the same forward pass.
-A cache without recurrent state (attention only) is just cropped.
+A cache without recurrent state (attention only) is just cropped. On CPU a
+forward pass shorter than the Mamba2 scan's chunk scans only its own tokens
+(``_scan_chunks``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from .._effect_values import SsmSnapshotRestore, SsmSnapshotSave
 from .._errors import InvalidArgumentError, InvalidArgumentTypeError
 from .._ring import SsmDecodeRing
 from ..pool import apply_effects
+from ._scan_chunks import ScanChunks
 from .transformers import HybridCacheSnapshotPool, _plan_crop_attention
 
 __all__ = ["TokenPredicate", "as_predicate", "eos_ids", "text_vocab_size"]
@@ -79,11 +82,14 @@ class _Stream:
     one-slot ring of its own so that a stale checkpoint can never be restored.
     """
 
-    def __init__(self, model: torch.nn.Module, vocab: int, ring_slots: int) -> None:
+    def __init__(
+        self, model: torch.nn.Module, vocab: int, ring_slots: int, *, narrow_scans: bool = True
+    ) -> None:
         self._model = model
         self._vocab = vocab
         self._ring_slots = ring_slots
         self._device = next(model.parameters()).device
+        self._chunks = ScanChunks(model if narrow_scans else torch.nn.Module())
         self.cache: Cache | None = None
         self.pool: HybridCacheSnapshotPool | None = None
         self.fed: list[int] = []  # tokens the cache holds, prompt included
@@ -95,7 +101,7 @@ class _Stream:
     def feed(self, ids: Sequence[int]) -> torch.Tensor:
         """Feed the queued tokens and ``ids`` in one forward pass; the logits of ``ids``."""
         tokens = [*self.queued, *ids]
-        with torch.no_grad():
+        with torch.no_grad(), self._chunks.narrowed(len(tokens)):
             inputs = torch.tensor([tokens], dtype=torch.long, device=self._device)
             kwargs = {} if self.cache is None else {"cache": self.cache}
             out = self._model(inputs, use_cache=True, **kwargs)
