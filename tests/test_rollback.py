@@ -61,14 +61,18 @@ def test_otherwise_nothing_is_recorded(capacity: int, is_boundary: bool, in_thin
     assert ring.next_slot == 0
 
 
+@pytest.mark.parametrize("is_boundary", [True, False], ids=["boundary", "no-boundary"])
 @pytest.mark.parametrize("name", ["seq", "token_position"])
 @pytest.mark.parametrize("bad", INVALID_INDICES, ids=repr)
-def test_snapshot_rejects_bad_ids_and_changes_nothing(name: str, bad: object) -> None:
+def test_snapshot_rejects_bad_ids_and_changes_nothing(
+    name: str, bad: object, is_boundary: bool
+) -> None:
+    """Checked on every row, boundary or not (the no-boundary rows take a fast path)."""
     ring = ring_with(2, 1)
     kwargs: dict[str, object] = {
         "seq": 0,
         "token_position": 5,
-        "is_boundary": True,
+        "is_boundary": is_boundary,
         "in_thinking": False,
         name: bad,
     }
@@ -77,11 +81,12 @@ def test_snapshot_rejects_bad_ids_and_changes_nothing(name: str, bad: object) ->
     assert ring.snapshot_positions() == (1,)
 
 
+@pytest.mark.parametrize("other", [True, False])
 @pytest.mark.parametrize("name", ["is_boundary", "in_thinking"])
 @pytest.mark.parametrize("bad", [1, 0, None, "yes"])
-def test_snapshot_flags_must_be_bools(name: str, bad: object) -> None:
+def test_snapshot_flags_must_be_bools(name: str, bad: object, other: bool) -> None:
     ring = SsmDecodeRing(2)
-    kwargs: dict[str, object] = {"is_boundary": True, "in_thinking": False, name: bad}
+    kwargs: dict[str, object] = {"is_boundary": other, "in_thinking": other, name: bad}
     with pytest.raises(InvalidArgumentError, match=f"'{name}' must be a bool"):
         snapshot_boundary_if_ssm(ring, seq=0, token_position=1, **kwargs)  # type: ignore[arg-type]
     assert len(ring) == 0
@@ -290,14 +295,15 @@ def test_rollback_matches_a_brute_force_search(
 
 @pytest.mark.parametrize("ring", [None, [], object()], ids=["None", "list", "object"])
 def test_a_ring_that_is_not_a_ring_is_a_library_error(ring: object) -> None:
-    with pytest.raises(InvalidArgumentError, match="'ring' must be an SsmDecodeRing"):
-        snapshot_boundary_if_ssm(
-            ring,  # type: ignore[arg-type]
-            seq=0,
-            token_position=1,
-            is_boundary=True,
-            in_thinking=False,
-        )
+    for is_boundary in (True, False):  # a row that commits no boundary still names the ring
+        with pytest.raises(InvalidArgumentError, match="'ring' must be an SsmDecodeRing"):
+            snapshot_boundary_if_ssm(
+                ring,  # type: ignore[arg-type]
+                seq=0,
+                token_position=1,
+                is_boundary=is_boundary,
+                in_thinking=False,
+            )
     with pytest.raises(InvalidArgumentError, match="'ring' must be an SsmDecodeRing"):
         rollback_to_boundary(ring, [1], seq=0, current_len=2)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="'ring' must be an SsmDecodeRing"):
