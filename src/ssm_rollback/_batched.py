@@ -169,20 +169,42 @@ def snapshot_boundaries(
         chosen_rings = list(map(ring_list.__getitem__, chosen))
         chosen_positions = list(map(position_list.__getitem__, chosen))
         chosen_rows = chosen if rows is None else list(map(row_list.__getitem__, chosen))
-    # Rule 3 of the ring for every chosen row, before any ring changes. A
-    # disabled ring's newest position is always -1, so it never trips this.
-    newest = list(map(_NEWEST, chosen_rings))
-    if any(map(le, chosen_positions, newest)):
-        j = next(j for j, (p, q) in enumerate(zip(chosen_positions, newest, strict=True)) if p <= q)
+    if not SsmDecodeRing._rows_ready(chosen_rings, chosen_positions):
+        chosen_rings, chosen_positions, chosen_rows = _ready_rows(
+            chosen, chosen_rings, chosen_positions, chosen_rows, row_list
+        )
+    slots, tickets = SsmDecodeRing._record_rows(chosen_rings, chosen_positions)
+    return SaveBatch._trusted(chosen_rows, slots, chosen_positions, tickets)
+
+
+def _ready_rows(
+    chosen: Sequence[int],
+    rings: list[SsmDecodeRing],
+    positions: list[int],
+    rows: Sequence[int],
+    row_list: Sequence[int],
+) -> tuple[list[SsmDecodeRing], list[int], list[int]]:
+    """The slow path of ``_rows_ready``: name a late position, or drop the disabled rings.
+
+    Rule 3 for every chosen row before any ring changes (a disabled ring's
+    newest position is always -1, so it never trips this); then the rows
+    whose ring is disabled record nothing (rule 1).
+    """
+    newest = list(map(_NEWEST, rings))
+    if any(map(le, positions, newest)):
+        j = next(j for j, (p, q) in enumerate(zip(positions, newest, strict=True)) if p <= q)
         raise OutOfOrderError(
             f"'positions[{chosen[j]}]' must be greater than row {row_list[chosen[j]]}'s newest "
-            f"live snapshot position {newest[j]}, got {chosen_positions[j]}; "
+            f"live snapshot position {newest[j]}, got {positions[j]}; "
             f"truncate_after() its ring after a rollback"
         )
-    seqs, slots, saved, tickets = SsmDecodeRing._record_rows(
-        chosen_rings, chosen_positions, chosen_rows
+    enabled = list(map(_CAPACITY, rings))
+    return (
+        list(compress(rings, enabled)),
+        list(compress(positions, enabled)),
+        list(compress(rows, enabled)),
     )
-    return SaveBatch._trusted(seqs, slots, saved, tickets)
 
 
 _NEWEST = attrgetter("_newest")
+_CAPACITY = attrgetter("_capacity")

@@ -79,9 +79,9 @@ class SaveBatch:
     def _trusted(
         cls,
         seqs: Sequence[int],
-        slots: list[int],
-        positions: list[int],
-        tickets: list[int],
+        slots: Sequence[int],
+        positions: Sequence[int],
+        tickets: Sequence[int],
         sources: list[int] | None = None,
     ) -> SaveBatch:
         """A batch from columns the library built from values it already checked."""

@@ -220,8 +220,8 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(
         "batch_ring_cursor_wraps_late",
         RING,
-        "ring._cursor = slot + 1 if slot + 1 < capacity else 0",
-        "ring._cursor = slot + 1 if slot + 1 <= capacity else 0",
+        "ring._cursor = slot + 1 if slot + 1 < ring._capacity else 0",
+        "ring._cursor = slot + 1 if slot + 1 <= ring._capacity else 0",
         RING_TESTS,
     ),
     _m(
@@ -248,23 +248,30 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(
         "batch_ring_tickets_reversed",  # the saves carry other rings' tickets
         RING,
-        "return rows, slots, positions, list(tickets)",
-        "return rows, slots, positions, list(tickets)[::-1]",
+        "return slots, tickets\n",
+        "return slots, tickets[::-1]\n",
         RING_TESTS,
     ),
     _m(
-        "batch_ring_disabled_records",  # the `0 in capacities` path skipped
+        "batch_ring_disabled_records",  # a disabled ring passes the fast path's check
         RING,
-        "if 0 in capacities:  # disabled rings record nothing",
-        "if False:  # disabled rings record nothing",
+        "if position <= ring._newest or not ring._capacity:",
+        "if position <= ring._newest:",
+        RING_TESTS,
+    ),
+    _m(
+        "batch_ring_ready_allows_equal",  # the fast path lets a repeated position through
+        RING,
+        "if position <= ring._newest or not ring._capacity:",
+        "if position < ring._newest or not ring._capacity:",
         RING_TESTS,
     ),
     _m(
         "batch_ring_disabled_rows_not_filtered",
-        RING,
-        "            rings, positions, rows, capacities = (\n",
-        "            rings, positions, _, capacities = (\n",
-        RING_TESTS,
+        BATCHED,
+        "        list(compress(rows, enabled)),\n",
+        "        list(rows),\n",
+        BATCHED_TESTS,
     ),
     # lookups: _slot_holding (the newest-slot guess, then a scan), entry_for, the walks
     _m(
@@ -658,6 +665,48 @@ MUTANTS: tuple[Mutant, ...] = (
         ROLLBACK,
         "        or (is_boundary is not False and is_boundary is not True)\n",
         "",
+        ROLLBACK_TESTS,
+    ),
+    _m(
+        "rb_no_boundary_seq_type_unchecked",  # the no-boundary fast path skips a check
+        ROLLBACK,
+        "        and type(seq) is int\n        and ",
+        "        and ",
+        ROLLBACK_TESTS,
+    ),
+    _m(
+        "rb_no_boundary_position_type_unchecked",  # the no-boundary fast path skips a check
+        ROLLBACK,
+        "        and type(token_position) is int\n        and ",
+        "        and ",
+        ROLLBACK_TESTS,
+    ),
+    _m(
+        "rb_no_boundary_seq_negative_unchecked",  # the no-boundary fast path skips a check
+        ROLLBACK,
+        "        and seq >= 0\n        and ",
+        "        and ",
+        ROLLBACK_TESTS,
+    ),
+    _m(
+        "rb_no_boundary_position_negative_unchecked",  # the no-boundary fast path skips a check
+        ROLLBACK,
+        "        and token_position >= 0\n        and ",
+        "        and ",
+        ROLLBACK_TESTS,
+    ),
+    _m(
+        "rb_no_boundary_ring_type_unchecked",  # the no-boundary fast path skips a check
+        ROLLBACK,
+        "        and type(ring) is SsmDecodeRing\n        and ",
+        "        and ",
+        ROLLBACK_TESTS,
+    ),
+    _m(
+        "rb_no_boundary_in_thinking_unchecked",
+        ROLLBACK,
+        "        and (in_thinking is False or in_thinking is True)\n    ):\n        return None",
+        "    ):\n        return None",
         ROLLBACK_TESTS,
     ),
     _m(
@@ -1191,8 +1240,8 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(
         "batch_step_order_allows_equal",
         BATCHED,
-        "if any(map(le, chosen_positions, newest)):",
-        "if any(p < q for p, q in zip(chosen_positions, newest, strict=True)):",
+        "if any(map(le, positions, newest)):",
+        "if any(p < q for p, q in zip(positions, newest, strict=True)):",
         BATCHED_TESTS,
     ),
     # -- the batched step's checks in _slots.py and pool.py ----------------------------------
