@@ -562,11 +562,22 @@ def test_a_corrupted_header_is_a_wire_error_and_the_group_goes_on(
 
 
 @pytest.mark.usefixtures("one_rank")
-def test_a_negative_word_on_the_wire_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    forged = [_wire.MAGIC, 1, _wire.ACCEPTS, 1, -1, 0]  # seq -1: no sender could build it
+# Negative words whose low bytes look like a small positive int's: only the sign byte tells.
+@pytest.mark.parametrize("negative", [-1, -256, -(1 << 40), -(1 << 63)])
+def test_a_negative_word_on_the_wire_is_refused(
+    monkeypatch: pytest.MonkeyPatch, negative: int
+) -> None:
+    forged = [_wire.MAGIC, 1, _wire.ACCEPTS, 1, negative, 0]  # no sender could build the seq
     monkeypatch.setattr(_wire, "encode", lambda effects, *, ranged=True: forged)
-    with pytest.raises(tp.WireError, match="ints >= 0, got -1 at word 4"):
+    with pytest.raises(tp.WireError, match=f"ints >= 0, got {negative} at word 4"):
         tp.broadcast_effects([SsmStateAccept(0, 0)], src=0)
+
+
+@pytest.mark.usefixtures("one_rank")
+def test_words_with_high_low_bytes_are_not_mistaken_for_negative_ones() -> None:
+    """The sign check reads each word's most significant byte, not its lowest."""
+    step = [SsmStateAccept(0xFF, 0x80), SsmStateAccept((1 << 63) - 1, 0xFFFF_FFFF)]
+    assert tp.broadcast_effects(step, src=0) == tuple(step)
 
 
 @pytest.mark.usefixtures("one_rank")

@@ -28,11 +28,11 @@ Every rank decodes the same words, so every rank raises the same error.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from functools import partial
 from itertools import groupby
-from operator import add, attrgetter
-from typing import Final
+from operator import add
+from typing import Final, cast
 
 from . import _wire_values as values
 from ._effect_values import SsmSnapshotRestore, SsmSnapshotSave, SsmStateAccept
@@ -74,13 +74,6 @@ _CODES: Final[dict[type, int]] = {
     SsmStateAccept: ACCEPTS,
     SaveBatch: SAVE_BATCH,
 }
-# Each single kind's columns, read at C speed over a whole run.
-_GETTERS: Final[dict[int, tuple[Callable[[object], int], ...]]] = {
-    SAVES: tuple(map(attrgetter, ("seq", "slot", "token_position", "ticket"))),
-    RESTORES: tuple(map(attrgetter, ("seq", "slot", "token_position", "ticket"))),
-    ACCEPTS: (attrgetter("seq"), attrgetter("index")),
-}
-_SOURCE: Final = attrgetter("source")
 _SHIFTED: Final = partial(add, 1)  # a source on the wire: LIVE (-1) -> 0, index i -> i + 1
 _MAX_WORD: Final = (1 << 63) - 1
 
@@ -144,11 +137,22 @@ def _put(words: list[int], code: int, record: object) -> None:
             words += map(_SHIFTED, record.sources)
         return
     assert isinstance(record, list)
+    # A run holds one type (``encode`` cuts them by type), so each comprehension's
+    # attribute read is specialised to that type's slot: cheaper than map(attrgetter).
     words += (code, len(record))
-    for get in _GETTERS[code]:
-        words += map(get, record)
+    if code == ACCEPTS:
+        accepts = cast(list[SsmStateAccept], record)
+        words += [a.seq for a in accepts]
+        words += [a.index for a in accepts]
+        return
+    snapshots = cast(list[SsmSnapshotSave] | list[SsmSnapshotRestore], record)
+    words += [e.seq for e in snapshots]
+    words += [e.slot for e in snapshots]
+    words += [e.token_position for e in snapshots]
+    words += [e.ticket for e in snapshots]
     if code == SAVES:
-        words += [0 if s is None else s + 1 for s in map(_SOURCE, record)]
+        saves = cast(list[SsmSnapshotSave], record)
+        words += [0 if save.source is None else save.source + 1 for save in saves]
 
 
 def decode(words: Sequence[int], *, checked: bool = False) -> tuple[Effect, ...]:
@@ -218,7 +222,7 @@ def _record(words: tuple[int, ...], at: int, record: int, effects: list[Effect])
     elif kind == ACCEPTS:
         effects += values.accepts(*columns)
     elif kind == RESTORES:
-        effects += map(values.restore, *columns)
+        effects += values.restores(*columns)
     else:
         effects += map(values.save, *columns)
     return at + width * n

@@ -10,8 +10,10 @@ built anew.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Sequence
 from functools import partial
+from itertools import repeat
 from operator import add
 from typing import Final
 
@@ -24,7 +26,7 @@ from ._effect_values import (
 )
 from ._save_batch import LIVE, SaveBatch
 
-__all__ = ["accepts", "restore", "save", "save_batch"]
+__all__ = ["accepts", "restores", "save", "save_batch"]
 
 _new = object.__new__
 _set = object.__setattr__
@@ -43,11 +45,11 @@ _ACCEPTS: Final[dict[tuple[int, int], SsmStateAccept]] = {}
 
 def accepts(seqs: Sequence[int], indices: Sequence[int]) -> list[SsmStateAccept]:
     """One ``SsmStateAccept`` per row, the interned one when this pair was seen before."""
-    keys = list(zip(seqs, indices, strict=True))
     try:
-        return list(map(_ACCEPTS.__getitem__, keys))  # the steady state: every pair seen
+        # The steady state: every pair seen. zip reuses its key tuple when the lookup lets go.
+        return list(map(_ACCEPTS.__getitem__, zip(seqs, indices, strict=True)))
     except KeyError:
-        pass
+        keys = list(zip(seqs, indices, strict=True))
     if len(_ACCEPTS) + len(keys) > ACCEPT_LIMIT:
         _ACCEPTS.clear()
     out = []
@@ -67,14 +69,17 @@ def _accept(seq: int, index: int) -> SsmStateAccept:
     return accept
 
 
-def restore(seq: int, slot: int, position: int, ticket: int) -> SsmSnapshotRestore:
-    """An ``SsmSnapshotRestore`` from checked ints."""
-    made: SsmSnapshotRestore = _new(SsmSnapshotRestore)
-    set_seq, set_slot, set_position, set_ticket = _RESTORE_FIELDS
-    set_seq(made, seq)
-    set_slot(made, slot)
-    set_position(made, position)
-    set_ticket(made, ticket)
+def restores(
+    seqs: Sequence[int], slots: Sequence[int], positions: Sequence[int], tickets: Sequence[int]
+) -> list[SsmSnapshotRestore]:
+    """One ``SsmSnapshotRestore`` per row from checked columns, built a column at a time.
+
+    Every instance first, then each field's setter mapped over them all: C
+    loops, no Python frame per restore (a third of the per-restore call).
+    """
+    made: list[SsmSnapshotRestore] = list(map(_new, repeat(SsmSnapshotRestore, len(seqs))))
+    for setter, column in zip(_RESTORE_FIELDS, (seqs, slots, positions, tickets), strict=True):
+        deque(map(setter, made, column), 0)
     return made
 
 
