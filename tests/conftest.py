@@ -8,7 +8,10 @@
 from __future__ import annotations
 
 import os
+import warnings
+from collections.abc import Iterator
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -30,3 +33,11 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture
+def quiet_warnings() -> Iterator[None]:
+    """Silence warnings for a test (``pytestmark = pytest.mark.usefixtures("quiet_warnings")``)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield

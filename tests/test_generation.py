@@ -5,8 +5,6 @@
 from __future__ import annotations
 
 import functools
-import warnings
-from collections.abc import Iterator
 
 import pytest
 
@@ -26,6 +24,8 @@ from ssm_rollback.integrations.transformers import (
 from ssm_rollback.testing._tiny import tiny_config
 
 hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
+# Model code warns about slow reference kernels and the like: not our concern here.
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 #: Hybrid model types under test: attention + Mamba2, + gated delta-net (MoE too), + short conv.
 MODEL_TYPES = (
@@ -43,13 +43,6 @@ MODEL_TYPES = (
 NEW = 8
 #: New tokens per decode in the type x draft length x seed matrix.
 SHORT = 6
-
-
-@pytest.fixture(autouse=True)
-def _quiet_transformers() -> Iterator[None]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
 
 
 @functools.cache

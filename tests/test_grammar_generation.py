@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import functools
 import json
-import warnings
-from collections.abc import Iterator
 
 import pytest
 
@@ -41,6 +39,8 @@ from ssm_rollback.testing._tiny import tiny_config
 from ssm_rollback.integrations._stream import _Stream  # isort: skip  (after the public module)
 
 hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
+# Model code warns about slow reference kernels and the like: not our concern here.
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 TOK = ByteTokenizer()
 EOS = TOK.eos_token_id
@@ -53,13 +53,6 @@ RECORD = {
     "additionalProperties": False,
 }
 PROMPT = TOK.encode("json:")
-
-
-@pytest.fixture(autouse=True)
-def _quiet_transformers() -> Iterator[None]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
 
 
 @functools.cache

@@ -10,8 +10,6 @@ refused by name before anything moves, or handled.
 from __future__ import annotations
 
 import functools
-import warnings
-from collections.abc import Iterator
 
 import pytest
 
@@ -47,6 +45,8 @@ from ssm_rollback.testing._tiny import tiny_config
 from ssm_rollback.integrations._grammar_step import RowGrammar  # isort: skip
 
 hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
+# Model code warns about slow reference kernels and the like: not our concern here.
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 TOK = ByteTokenizer()
 EOS = TOK.eos_token_id
@@ -57,13 +57,6 @@ OBJECT = {
     "required": ["a"],
     "additionalProperties": False,
 }
-
-
-@pytest.fixture(autouse=True)
-def _quiet_transformers() -> Iterator[None]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
 
 
 def in_string(matcher: GrammarMatcher, tokenizer: ByteTokenizer = TOK) -> GrammarMatcher:

@@ -7,8 +7,6 @@ decoders narrow the chunk to a shorter forward's width for that forward.
 from __future__ import annotations
 
 import functools
-import warnings
-from collections.abc import Iterator
 
 import pytest
 
@@ -25,17 +23,12 @@ from ssm_rollback.integrations._stream import _Stream  # isort: skip
 from ssm_rollback.testing._tiny import tiny_config
 
 hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
+# Model code warns about slow reference kernels and the like: not our concern here.
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 MAMBA2_TYPES = ("bamba", "falcon_h1", "granitemoehybrid", "mamba2", "nemotron_h", "zamba2")
 OTHER_TYPES = ("jamba", "lfm2", "qwen3_next", "mamba")
 CHUNK = 16  # the tiny configs' chunk
-
-
-@pytest.fixture(autouse=True)
-def _quiet_transformers() -> Iterator[None]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
 
 
 @functools.cache

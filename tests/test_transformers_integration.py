@@ -11,9 +11,6 @@ listed with the reason; a model type this list does not know fails the suite.
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Iterator
-
 import attrs
 import pytest
 
@@ -42,6 +39,8 @@ from ssm_rollback.integrations.transformers import (
 from ssm_rollback.testing._tiny import TESTED_MODEL_TYPES, hybrid_model_types, tiny_config
 
 hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
+# Model code warns about slow reference kernels and the like: not our concern here.
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
 
 SUPPORTED = TESTED_MODEL_TYPES
 
@@ -106,14 +105,6 @@ def from_config(
 ) -> torch.nn.Module:
     model: torch.nn.Module = auto.from_config(config)  # type: ignore[no-untyped-call]
     return model
-
-
-@pytest.fixture(autouse=True)
-def _quiet_transformers() -> Iterator[None]:
-    # Model code warns about slow reference kernels and the like; not our concern here.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
 
 
 def build(model_type: str, seed: int = 0) -> Run:
