@@ -247,6 +247,70 @@ def test_a_bad_element_is_named_and_nothing_changes(
     assert [ring.entries for ring in rings] == before
 
 
+def _per_row(
+    rings: list[SsmDecodeRing], positions: list[int], boundary: list[bool]
+) -> list[tuple[int, int, int]]:
+    saves = []
+    for seq, (ring, position, flag) in enumerate(zip(rings, positions, boundary, strict=True)):
+        save = snapshot_boundary_if_ssm(
+            ring, seq=seq, token_position=position, is_boundary=flag, in_thinking=False
+        )
+        if save is not None:
+            saves.append((save.seq, save.slot, save.token_position))
+    return saves
+
+
+@pytest.mark.parametrize("capacity", [1, 2, 3])
+def test_a_ring_named_for_two_rows_records_twice_as_the_per_row_calls_do(capacity: int) -> None:
+    """Ascending positions on a shared ring: the same saves and the same ring as per row."""
+    shared, other = SsmDecodeRing(capacity), SsmDecodeRing(capacity)
+    batch = snapshot_boundaries(
+        [shared, other, shared],
+        positions=[4, 5, 6],
+        is_boundary=[True, True, True],
+        in_thinking=[False, False, False],
+    )
+    twin, twin_other = SsmDecodeRing(capacity), SsmDecodeRing(capacity)
+    expected = _per_row([twin, twin_other, twin], [4, 5, 6], [True, True, True])
+    assert list(zip(batch.seqs, batch.slots, batch.positions, strict=True)) == expected
+    assert shared.snapshot_positions() == twin.snapshot_positions()
+    assert shared.next_slot == twin.next_slot
+    shared.check_valid()
+
+
+@pytest.mark.parametrize("later", [6, 5])  # equal to, then below, the earlier row's position
+def test_a_ring_named_for_two_rows_must_record_them_in_order(later: int) -> None:
+    """The per-row calls raise at the second row; the batched step raises before any change."""
+    shared, other = SsmDecodeRing(4), SsmDecodeRing(4)
+    shared.record(2)
+    before = (shared.entries, shared.next_slot, other.entries)
+    with pytest.raises(
+        OutOfOrderError, match=r"'positions\[2\]' must be greater than 6, which row 0"
+    ):
+        snapshot_boundaries(
+            [shared, other, shared],
+            positions=[6, 9, later],
+            is_boundary=[True, True, True],
+            in_thinking=[False, False, False],
+        )
+    assert (shared.entries, shared.next_slot, other.entries) == before
+    with pytest.raises(OutOfOrderError):
+        _per_row([shared, other, shared], [6, 9, later], [True, True, True])
+
+
+def test_a_shared_ring_off_the_recording_rows_is_no_concern() -> None:
+    """Only rows that record can collide: a ring shared by a row that does not is untouched."""
+    shared = SsmDecodeRing(2)
+    batch = snapshot_boundaries(
+        [shared, SsmDecodeRing(2), shared],
+        positions=[7, 3, 5],
+        is_boundary=[True, True, False],
+        in_thinking=[False, False, False],
+    )
+    assert batch.seqs == (0, 1)
+    assert shared.snapshot_positions() == (7,)
+
+
 @pytest.mark.parametrize("rings", [None, 3, [SsmDecodeRing(1), None]])
 def test_rings_that_are_not_rings_are_refused(rings: object) -> None:
     with pytest.raises(InvalidArgumentError, match="'rings"):

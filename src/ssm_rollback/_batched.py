@@ -170,9 +170,13 @@ def snapshot_boundaries(
         chosen_positions = list(map(position_list.__getitem__, chosen))
         chosen_rows = chosen if rows is None else list(map(row_list.__getitem__, chosen))
     if not SsmDecodeRing._rows_ready(chosen_rings, chosen_positions):
-        chosen_rings, chosen_positions, chosen_rows = _ready_rows(
+        chosen, chosen_rings, chosen_positions, chosen_rows = _ready_rows(
             chosen, chosen_rings, chosen_positions, chosen_rows, row_list
         )
+    # A ring named for two rows records twice, in row order, as the per-row calls would;
+    # the check above saw only its newest position from before the step.
+    if len(chosen_rings) > 1 and len(set(chosen_rings)) != len(chosen_rings):
+        _check_shared_rings(chosen, chosen_rings, chosen_positions, row_list)
     slots, tickets = SsmDecodeRing._record_rows(chosen_rings, chosen_positions)
     return SaveBatch._trusted(chosen_rows, slots, chosen_positions, tickets)
 
@@ -183,7 +187,7 @@ def _ready_rows(
     positions: list[int],
     rows: Sequence[int],
     row_list: Sequence[int],
-) -> tuple[list[SsmDecodeRing], list[int], list[int]]:
+) -> tuple[list[int], list[SsmDecodeRing], list[int], list[int]]:
     """The slow path of ``_rows_ready``: name a late position, or drop the disabled rings.
 
     Rule 3 for every chosen row before any ring changes (a disabled ring's
@@ -200,10 +204,35 @@ def _ready_rows(
         )
     enabled = list(map(_CAPACITY, rings))
     return (
+        list(compress(chosen, enabled)),
         list(compress(rings, enabled)),
         list(compress(positions, enabled)),
         list(compress(rows, enabled)),
     )
+
+
+def _check_shared_rings(
+    chosen: Sequence[int],
+    rings: list[SsmDecodeRing],
+    positions: list[int],
+    row_list: Sequence[int],
+) -> None:
+    """Rule 3 within the step: a row whose ring an earlier row records into must come after it.
+
+    The per-row calls would raise at that row; the batched step raises before any ring
+    changes. Rows that share a ring in ascending positions record as the per-row calls do.
+    """
+    last: dict[SsmDecodeRing, tuple[int, int]] = {}  # ring -> (position, j) of its last row
+    for j, (ring, position) in enumerate(zip(rings, positions, strict=True)):
+        before = last.get(ring)
+        if before is not None and position <= before[0]:
+            k, earlier = chosen[j], chosen[before[1]]
+            raise OutOfOrderError(
+                f"'positions[{k}]' must be greater than {before[0]}, which row "
+                f"{row_list[earlier]} records into the same ring earlier in this step "
+                f"(positions[{earlier}]), got {position}; give every row its own ring"
+            )
+        last[ring] = (position, j)
 
 
 _NEWEST = attrgetter("_newest")

@@ -1238,6 +1238,20 @@ MUTANTS: tuple[Mutant, ...] = (
         BATCHED_TESTS,
     ),
     _m(
+        "batch_shared_rings_unchecked",  # a ring named for two rows is not checked in-step
+        BATCHED,
+        "    if len(chosen_rings) > 1 and len(set(chosen_rings)) != len(chosen_rings):\n",
+        "    if False:\n",
+        BATCHED_TESTS,
+    ),
+    _m(
+        "batch_shared_ring_allows_equal",
+        BATCHED,
+        "if before is not None and position <= before[0]:",
+        "if before is not None and position < before[0]:",
+        BATCHED_TESTS,
+    ),
+    _m(
         "batch_step_order_allows_equal",
         BATCHED,
         "if any(map(le, positions, newest)):",
