@@ -7,6 +7,7 @@ decoders narrow the chunk to a shorter forward's width for that forward.
 from __future__ import annotations
 
 import functools
+import threading
 
 import pytest
 
@@ -90,27 +91,45 @@ def test_the_chunk_comes_back_when_the_forward_raises() -> None:
     assert set(chunks(m)) == {CHUNK}
 
 
-def test_a_forward_as_wide_as_the_chunk_keeps_it() -> None:
+def test_a_forward_as_wide_as_the_chunk_or_one_token_keeps_it() -> None:
     m = model("mamba2")
-    for width in (CHUNK, CHUNK + 1, 4 * CHUNK, 0):
+    for width in (CHUNK, CHUNK + 1, 4 * CHUNK, 1, 0):  # 1: the recurrent step, no scan
         with ScanChunks(m).narrowed(width):
             assert set(chunks(m)) == {CHUNK}
     assert set(chunks(m)) == {CHUNK}
 
 
-def test_overlapping_narrowings_give_the_chunk_back_when_the_last_ends() -> None:
-    """Two decoders on one model (two threads): the model's own chunk returns only at the end."""
+def test_a_narrowing_holds_its_model_so_another_thread_waits() -> None:
+    """Two decoders on one model in two threads narrow one at a time: each forward scans in
+    its own width, never in a chunk another thread set."""
     m = model("zamba2")
-    first, second = ScanChunks(m).narrowed(5), ScanChunks(m).narrowed(3)
-    first.__enter__()
-    second.__enter__()
-    assert set(chunks(m)) == {3}
-    first.__exit__(None, None, None)
-    assert set(chunks(m)) == {3}  # never the first decoder's 5: any chunk computes the same scan
-    second.__exit__(None, None, None)
-    assert set(chunks(m)) == {CHUNK}
+    taken: list[bool] = []
+
+    def try_to_narrow() -> None:
+        lock = ScanChunks(m).lock
+        got = lock.acquire(blocking=False)
+        taken.append(got)
+        if got:
+            lock.release()
+
+    with ScanChunks(m).narrowed(5):
+        other = threading.Thread(target=try_to_narrow)
+        other.start()
+        other.join()
+        assert set(chunks(m)) == {5}
+    assert taken == [False]
+    try_to_narrow()  # and free again once the narrowing ends
+    assert taken == [False, True]
+
+
+def test_nested_narrowings_in_one_thread_unwind_in_order() -> None:
+    m = model("zamba2")
     with ScanChunks(m).narrowed(7):
+        with ScanChunks(m).narrowed(3):
+            assert set(chunks(m)) == {3}
         assert set(chunks(m)) == {7}
+        with ScanChunks(m).narrowed(9):  # wider than the chunk in force: kept
+            assert set(chunks(m)) == {7}
     assert set(chunks(m)) == {CHUNK}
 
 
@@ -149,6 +168,7 @@ def test_the_decoders_scan_each_forward_in_one_chunk_of_its_width(decoder: str) 
             handle.remove()  # type: ignore[attr-defined]
     assert seen
     assert {(width, chunk) for width, chunk in seen if width >= CHUNK} == {(20, CHUNK)}
-    assert all(chunk == width for width, chunk in seen if width < CHUNK)
+    assert all(chunk == width for width, chunk in seen if 1 < width < CHUNK)
+    assert all(chunk == CHUNK for width, chunk in seen if width == 1)
     assert any(width > 1 for width, _ in seen if width < CHUNK) or decoder == "backtracking"
     assert set(chunks(m)) == {CHUNK}

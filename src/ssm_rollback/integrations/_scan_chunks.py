@@ -7,14 +7,21 @@ computes a 128-token scan. A forward no longer than the chunk is one chunk
 whatever the chunk size, and the padded positions add exact zeros, so
 ``narrowed(width)`` sets each Mamba2 mixer's ``chunk_size`` to the forward's
 width for that forward and puts it back after: the same scan, over the
-tokens the forward has. Wider forwards (a long prompt) keep the model's chunk.
+tokens the forward has. Wider forwards (a long prompt) keep the model's chunk,
+and a one-token step is left alone (with a cache it is the recurrent update,
+no scan at all).
 
 The mixers are found by what the scan reads: an ``int`` ``chunk_size`` and an
 ``A_log`` parameter (Mamba2, Bamba, Nemotron-H, Falcon-H1, Granite-4.0-H,
 Zamba2). Models on CUDA are left alone: there the kernels take any width at
-the cost of its tokens. Another thread's forward pass on the same model in the
-meantime computes the same values (the chunk size splits the scan, it does not
-change it); the model's own chunk comes back when the last narrowing ends.
+the cost of its tokens.
+
+The chunk is an attribute of the shared module, so a narrowed forward holds a
+lock of its model: two decoders on one model in two threads narrow one at a
+time, and each forward scans in its own width. A forward pass that does not
+come through the decoders takes no lock; run in another thread on the same
+model meanwhile, it would scan in the narrowed chunk: the same result to
+rounding, but a long one in many more chunks, so more time and memory.
 """
 
 from __future__ import annotations
@@ -29,9 +36,17 @@ import torch
 
 __all__ = ["ScanChunks"]
 
-# Each narrowed mixer: its own chunk size, and how many narrowings hold it now.
-_HELD: Final[WeakKeyDictionary[torch.nn.Module, list[int]]] = WeakKeyDictionary()
+# One lock per model, created under _LOCK: a narrowed forward holds its model's.
+_MODEL_LOCKS: Final[WeakKeyDictionary[torch.nn.Module, threading.RLock]] = WeakKeyDictionary()
 _LOCK: Final = threading.Lock()
+
+
+def _model_lock(model: torch.nn.Module) -> threading.RLock:
+    with _LOCK:
+        lock = _MODEL_LOCKS.get(model)
+        if lock is None:
+            lock = _MODEL_LOCKS[model] = threading.RLock()
+        return lock
 
 
 def _is_mamba2_mixer(module: torch.nn.Module) -> bool:
@@ -55,7 +70,7 @@ def _set_chunk(mixer: torch.nn.Module, chunk: int) -> None:
 
 @final
 class ScanChunks:
-    """A model's Mamba2 mixers (none on CUDA, or in a model without them)."""
+    """A model's Mamba2 mixers (none on CUDA, or in a model without them), and its lock."""
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.mixers: tuple[torch.nn.Module, ...] = tuple(
@@ -63,31 +78,20 @@ class ScanChunks:
             for module in model.modules()
             if _is_mamba2_mixer(module) and getattr(module, "A_log").device.type != "cuda"  # noqa: B009
         )
+        self.lock = _model_lock(model)
 
     @contextmanager
     def narrowed(self, width: int) -> Iterator[None]:
         """Within: every mixer whose chunk is wider than ``width`` scans in chunks of ``width``."""
-        if not self.mixers or width < 1:
+        if not self.mixers or width <= 1:
             yield
             return
-        with _LOCK:
-            held = []
-            for mixer in self.mixers:
-                entry = _HELD.get(mixer)
-                own = _chunk(mixer) if entry is None else entry[0]
-                if width < own:
-                    if entry is None:
-                        entry = _HELD[mixer] = [own, 0]
-                    entry[1] += 1
-                    held.append(mixer)
-                    _set_chunk(mixer, width)
-        try:
-            yield
-        finally:
-            with _LOCK:
-                for mixer in held:
-                    entry = _HELD[mixer]
-                    entry[1] -= 1
-                    if entry[1] == 0:
-                        _set_chunk(mixer, entry[0])
-                        del _HELD[mixer]
+        with self.lock:
+            narrowed = [(mixer, chunk) for mixer in self.mixers if width < (chunk := _chunk(mixer))]
+            for mixer, _ in narrowed:
+                _set_chunk(mixer, width)
+            try:
+                yield
+            finally:
+                for mixer, chunk in narrowed:
+                    _set_chunk(mixer, chunk)
