@@ -17,6 +17,7 @@ from ssm_rollback import (
     SsmRingEntry,
     SsmRollbackError,
     UnknownSnapshotError,
+    snapshot_boundaries,
 )
 from ssm_rollback.testing import INVALID_INDICES
 
@@ -130,6 +131,31 @@ def test_discard_then_record_at_a_lower_position_is_in_order() -> None:
     ring = filled(4, 1, 5)
     ring.discard(5)
     assert ring.record(3) == 1
+
+
+def test_the_newest_is_found_past_an_empty_slot_before_the_cursor() -> None:
+    """Two discards leave the slot before the cursor empty: the newest is further back. A
+    batched step that is refused puts every ring's newest position back from the slots."""
+    ring = SsmDecodeRing(4)
+    for position in (1, 2, 3):
+        ring.record(position)
+    ring.discard(2)  # not the newest: slot 1 empties, the cursor stays
+    ring.discard(3)  # the newest: the cursor moves back onto slot 2, after the empty slot 1
+    assert (ring.next_slot, ring.snapshot_positions()) == (2, (1,))
+    ring.check_valid()
+    other = SsmDecodeRing(2)
+    other.record(5)
+    with pytest.raises(OutOfOrderError):  # row 0 passes first, then row 1 is late: refused
+        snapshot_boundaries(
+            [ring, other],
+            positions=[9, 5],
+            is_boundary=[True, True],
+            in_thinking=[False, False],
+        )
+    ring.check_valid()
+    with pytest.raises(OutOfOrderError):
+        ring.record(1)  # still the newest live position
+    assert ring.record(4) == 2
 
 
 def test_clear_drops_everything_and_resets_the_cursor() -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from itertools import compress
 from operator import attrgetter, le
-from typing import cast
+from typing import NoReturn, cast
 
 from ._effects import SaveBatch
 from ._errors import (
@@ -173,10 +173,8 @@ def snapshot_boundaries(
         chosen, chosen_rings, chosen_positions, chosen_rows = _ready_rows(
             chosen, chosen_rings, chosen_positions, chosen_rows, row_list
         )
-    # A ring named for two rows records twice, in row order, as the per-row calls would;
-    # the check above saw only its newest position from before the step.
-    if len(chosen_rings) > 1 and len(set(chosen_rings)) != len(chosen_rings):
-        _check_shared_rings(chosen, chosen_rings, chosen_positions, row_list)
+        if not SsmDecodeRing._rows_ready(chosen_rings, chosen_positions):
+            _refuse_shared_rings(chosen, chosen_rings, chosen_positions, row_list)
     slots, tickets = SsmDecodeRing._record_rows(chosen_rings, chosen_positions)
     return SaveBatch._trusted(chosen_rows, slots, chosen_positions, tickets)
 
@@ -211,16 +209,15 @@ def _ready_rows(
     )
 
 
-def _check_shared_rings(
+def _refuse_shared_rings(
     chosen: Sequence[int],
     rings: list[SsmDecodeRing],
     positions: list[int],
     row_list: Sequence[int],
-) -> None:
-    """Rule 3 within the step: a row whose ring an earlier row records into must come after it.
-
-    The per-row calls would raise at that row; the batched step raises before any ring
-    changes. Rows that share a ring in ascending positions record as the per-row calls do.
+) -> NoReturn:
+    """Name the row that records into a ring an earlier row of this step records into, at a
+    position not past that row's: what is left once every row is past its ring's newest and
+    every ring is enabled. The per-row calls would raise at that row; nothing changed here.
     """
     last: dict[SsmDecodeRing, tuple[int, int]] = {}  # ring -> (position, j) of its last row
     for j, (ring, position) in enumerate(zip(rings, positions, strict=True)):
@@ -233,6 +230,7 @@ def _check_shared_rings(
                 f"(positions[{earlier}]), got {position}; give every row its own ring"
             )
         last[ring] = (position, j)
+    raise AssertionError("_rows_ready refused rows that _ready_rows passed")  # pragma: no cover
 
 
 _NEWEST = attrgetter("_newest")

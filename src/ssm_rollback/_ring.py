@@ -209,13 +209,34 @@ class SsmDecodeRing:
         """Whether every ring is enabled and every position is past its ring's newest (rule 3).
 
         The batched step's check before ``_record_rows``, in one plain loop: a
-        slot read in a loop costs a fraction of a ``map(attrgetter)`` pass.
-        ``False`` sends the caller to the slow path that names the late row.
+        slot read in a loop costs a fraction of a ``map(attrgetter)`` pass. It
+        moves each ring's newest position on to its row's as it goes, so a
+        ring named for two rows is checked at the second against the first,
+        as the per-row calls would check it (and ``_record_rows`` need not
+        set it). ``False`` puts every newest position back, as it was, and
+        sends the caller to the slow path that names the row.
         """
         for ring, position in zip(rings, positions, strict=True):
             if position <= ring._newest or not ring._capacity:
-                return False
-        return True
+                break
+            ring._newest = position
+        else:
+            return True
+        for ring in rings:
+            ring._newest = ring._newest_live()
+        return False
+
+    def _newest_live(self) -> int:
+        """The newest live position from the slot table (-1 when none): what ``_newest`` caches.
+
+        Read from the cursor round, the live positions ascend, so the slot
+        before the cursor holds the newest when it is live; else the largest.
+        """
+        positions = self._positions
+        if not positions:
+            return _EMPTY
+        guess = positions[self._cursor - 1]
+        return guess if guess != _EMPTY else max(positions)
 
     @staticmethod
     def _record_rows(
@@ -223,10 +244,11 @@ class SsmDecodeRing:
     ) -> tuple[list[int], Sequence[int]]:
         """``_record`` for many rings, inlined: the slots taken and the tickets minted, by row.
 
-        The caller has checked (``_rows_ready``, or its slow path) that every
-        ring is enabled and every position valid (rule 2) and in order (rule
-        3), so nothing here can raise half way through. The loop only moves
-        each ring on (rules 4, 5 and 10).
+        Only right after ``_rows_ready`` said ``True`` for these rows: every
+        ring is enabled, every position valid (rule 2) and in order (rule 3),
+        and every newest position already moved on, so nothing here can raise
+        half way through. The loop only moves each ring on (rules 4, 5 and
+        10); a ring named again later takes the next slot, as per row.
         """
         tickets = _mint_tickets(len(rings))
         slots: list[int] = []
@@ -235,7 +257,6 @@ class SsmDecodeRing:
             slot = ring._cursor
             taken(slot)
             ring._cursor = slot + 1 if slot + 1 < ring._capacity else 0
-            ring._newest = position
             try:
                 ring._positions[slot] = position
                 ring._tickets[slot] = ticket
@@ -370,9 +391,11 @@ class SsmDecodeRing:
             raise InvariantError(
                 f"live tickets are missing or not ascending with their positions: {ticket_order}"
             )
-        if self._newest != (in_order[-1] if in_order else -1):
+        newest = in_order[-1] if in_order else -1
+        if self._newest != newest or self._newest_live() != newest:
             raise InvariantError(
-                f"cached newest position {self._newest} is not the newest live entry's"
+                f"cached newest position {self._newest} (from the slots: "
+                f"{self._newest_live()}) is not the newest live entry's, {newest}"
             )
 
 

@@ -232,6 +232,27 @@ MUTANTS: tuple[Mutant, ...] = (
         RING_TESTS,
     ),
     _m(
+        "batch_ring_newest_not_put_back",  # a refused step leaves the rows it passed moved on
+        RING,
+        "        for ring in rings:\n            ring._newest = ring._newest_live()\n",
+        "",
+        RING_TESTS,
+    ),
+    _m(
+        "ring_newest_live_guess_at_cursor",
+        RING,
+        "guess = positions[self._cursor - 1]",
+        "guess = positions[self._cursor % len(positions)]",
+        RING_TESTS,
+    ),
+    _m(
+        "ring_newest_live_trusts_an_empty_guess",
+        RING,
+        "return guess if guess != _EMPTY else max(positions)",
+        "return guess",
+        RING_TESTS,
+    ),
+    _m(
         "batch_ring_stale_newest",
         RING,
         "            ring._newest = position\n",
@@ -1240,8 +1261,9 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(
         "batch_shared_rings_unchecked",  # a ring named for two rows is not checked in-step
         BATCHED,
-        "    if len(chosen_rings) > 1 and len(set(chosen_rings)) != len(chosen_rings):\n",
-        "    if False:\n",
+        "        if not SsmDecodeRing._rows_ready(chosen_rings, chosen_positions):\n"
+        "            _refuse_shared_rings(",
+        "        if False:\n            _refuse_shared_rings(",
         BATCHED_TESTS,
     ),
     _m(
