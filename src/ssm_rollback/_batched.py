@@ -3,8 +3,10 @@
 The rules are ``snapshot_boundary_if_ssm``'s (a boundary token outside
 thinking on an enabled ring records a snapshot); this module only makes them
 cheap for a batch of 256-4,096 rows. The whole batch is validated first -
-mostly at C speed, over the columns at once - and only then do the rings
-change, in one tight loop over the rows that record (``SsmDecodeRing._record_rows``).
+mostly at C speed, over the columns at once, then one plain loop over the
+rows that record (``SsmDecodeRing._rows_ready``, which puts back what it
+moved if it refuses) - and only then do the rings change, in one tight loop
+(``SsmDecodeRing._record_rows``).
 Arguments may be Python sequences, ``array.array`` or anything with
 ``tolist()`` (numpy arrays, CPU torch tensors): the core imports neither.
 """

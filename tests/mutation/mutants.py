@@ -605,7 +605,7 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(
         "ring_check_newest_dropped",
         RING,
-        "if self._newest != (in_order[-1] if in_order else -1):",
+        "if self._newest != newest or self._newest_live() != newest:",
         "if False:",
         RING_TESTS,
     ),
