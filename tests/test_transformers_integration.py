@@ -18,7 +18,7 @@ pytest.importorskip("transformers")
 
 import torch
 from transformers import AutoModel, AutoModelForCausalLM, PretrainedConfig
-from transformers.cache_utils import Cache, DynamicCache
+from transformers.cache_utils import Cache, DynamicCache, LinearAttentionCacheLayerMixin
 from transformers.utils import logging as hf_logging
 
 from ssm_rollback import (
@@ -321,6 +321,42 @@ def test_crop_beyond_the_cache_is_a_clear_error_and_changes_nothing() -> None:
     assert run.cache.get_seq_length() == PROMPT + 2
     with pytest.raises(InvalidArgumentError, match="'length' must be an int >= 0"):
         crop_attention(run.cache, -1)
+
+
+def _linear_layers(cache: Cache) -> list[object]:
+    return [layer for layer in cache.layers if isinstance(layer, LinearAttentionCacheLayerMixin)]
+
+
+def _count(layer: object) -> torch.Tensor:
+    count: torch.Tensor = getattr(layer, "cumulative_length_linear")  # noqa: B009 (untyped)
+    return count
+
+
+def test_crop_winds_back_a_linear_layers_token_count_where_it_keeps_one() -> None:
+    """transformers 5.25 counts the tokens a linear-attention layer has seen and takes the
+    cache's length (so position ids) from it when layer 0 is linear: a rollback must wind
+    it back with the KV. On 5.24 the layers keep none; the count is put on them by hand."""
+    run = decode(build("qwen3_next"), length=4)
+    assert run.cache is not None
+    linear = _linear_layers(run.cache)
+    assert linear
+    for layer in linear:
+        setattr(layer, "cumulative_length_linear", torch.tensor(PROMPT + 4))  # noqa: B010
+    with pytest.raises(InvalidArgumentError, match="'length' must be <= the cache's length 9"):
+        crop_attention(run.cache, PROMPT + 5)
+    assert [int(_count(layer)) for layer in linear] == [9] * len(linear)  # refused: nothing moved
+    _count(linear[-1]).fill_(PROMPT + 2)  # a count behind the attention KV: refused by itself
+    with pytest.raises(InvalidArgumentError, match="'length' must be <= the cache's length 7"):
+        crop_attention(run.cache, PROMPT + 3)
+    assert run.cache.get_seq_length() == PROMPT + 4
+    _count(linear[-1]).fill_(PROMPT + 4)
+    counts = [_count(layer) for layer in linear]
+    crop_attention(run.cache, PROMPT + 1)
+    assert [int(count) for count in counts] == [PROMPT + 1] * len(linear)
+    assert all(  # in place: the tensors keep their addresses
+        _count(layer) is count for layer, count in zip(linear, counts, strict=True)
+    )
+    assert run.cache.get_seq_length() == PROMPT + 1
 
 
 def test_crop_of_a_sliding_window_that_dropped_tokens_is_refused() -> None:

@@ -213,7 +213,9 @@ def crop_attention(cache: Cache, length: int) -> None:
     """Truncate every attention layer's KV to ``length`` positions (prompt included).
 
     Plain, sliding-window and parallel attention + SSM layers are cropped;
-    recurrent state is left alone (restore it from a snapshot). Raises, and
+    recurrent state is left alone (restore it from a snapshot), but a
+    linear-attention layer's token count, where transformers keeps one
+    (5.25 on), is set to ``length``. Raises, and
     changes nothing, for a ``length`` beyond the cache, for a sliding-window
     layer that has already dropped tokens the cropped cache would need, or
     for a layer type it does not know.
@@ -239,8 +241,10 @@ def _crop_plan(idx: int, layer: object, length: int) -> Callable[[], None] | Non
     if isinstance(layer, DynamicSlidingWindowLayer):
         return _sliding_crop(idx, layer, length)
     if isinstance(layer, DynamicLayer):
-        return _full_crop(idx, layer, length)
-    if isinstance(layer, LinearAttentionCacheLayerMixin | DummyLayer):
+        return _both(_full_crop(idx, layer, length), _linear_count_plan(idx, layer, length))
+    if isinstance(layer, LinearAttentionCacheLayerMixin):
+        return _linear_count_plan(idx, layer, length)  # no attention KV: only its token count
+    if isinstance(layer, DummyLayer):
         return None  # no attention KV in this layer
     raise InvalidArgumentError(
         f"'cache' layer {idx} is a {type(layer).__name__}, which crop_attention cannot crop"
@@ -259,6 +263,40 @@ def _full_crop(idx: int, layer: DynamicLayer, length: int) -> Callable[[], None]
     hybrid = isinstance(layer, LinearAttentionCacheLayerMixin)
     crop = DynamicLayer.crop if hybrid else type(layer).crop
     return lambda: crop(layer, -(held - length)) if held > length else None
+
+
+def _linear_count_plan(idx: int, layer: object, length: int) -> Callable[[], None] | None:
+    """Set a linear-attention layer's token count to ``length``, where it keeps one.
+
+    transformers >= 5.25 counts the tokens a linear-attention layer has seen
+    (``cumulative_length_linear``, a 0-d tensor) and ``Cache.get_seq_length()``
+    returns it when layer 0 is linear, so models derive position ids from it.
+    A restored snapshot puts the state back at ``length``; the count must follow.
+    """
+    count = getattr(layer, "cumulative_length_linear", None)
+    if not isinstance(count, torch.Tensor):
+        return None  # transformers < 5.25: the layer keeps no count
+    held = int(count)
+    if length > held:
+        raise InvalidArgumentError(
+            f"'length' must be <= the cache's length {held} (layer {idx}), got {length}"
+        )
+
+    def set_count() -> None:
+        count.fill_(length)  # in place: the tensor keeps its (static) address
+
+    return set_count
+
+
+def _both(first: Callable[[], None], then: Callable[[], None] | None) -> Callable[[], None]:
+    if then is None:
+        return first
+
+    def both() -> None:
+        first()
+        then()
+
+    return both
 
 
 def _sliding_crop(idx: int, layer: DynamicSlidingWindowLayer, length: int) -> Callable[[], None]:
