@@ -353,7 +353,7 @@ class SsmDecodeRing:
         self._positions[slot] = _EMPTY
         if position == self._newest:
             self._cursor = slot
-            self._newest = next(self._newest_first(), -1)
+            self._newest = self._newest_live()
         return slot
 
     def clear(self) -> None:

@@ -495,7 +495,7 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(
         "ring_discard_stale_newest",
         RING,
-        "            self._newest = next(self._newest_first(), -1)\n",
+        "            self._newest = self._newest_live()\n",
         "",
         RING_TESTS,
     ),
