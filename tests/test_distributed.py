@@ -389,8 +389,8 @@ class Loud:
 def growth(rank: int) -> dict[str, str]:
     """A step bigger than the buffer costs one more broadcast, once; then one per step again."""
     calls = {"broadcast": 0, "all_reduce": 0}
-    channel = _wire_channel._Channel  # its _start is the one place a step's broadcast is made
-    real_start, real_all_reduce = channel._start, dist.all_reduce
+    channel = _wire_channel._Channel  # its _send is the one place a step's broadcast is made
+    real_send, real_all_reduce = channel._send, dist.all_reduce
 
     def counted(name: str, call: Callable[P, R]) -> Callable[P, R]:
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -399,7 +399,7 @@ def growth(rank: int) -> dict[str, str]:
 
         return wrapper
 
-    channel._start = counted("broadcast", real_start)  # type: ignore[method-assign]
+    channel._send = counted("broadcast", real_send)  # type: ignore[method-assign]
     dist.all_reduce = counted("all_reduce", real_all_reduce)
     results = {}
     rows = 0
@@ -414,7 +414,7 @@ def growth(rank: int) -> dict[str, str]:
             got = outcome_of(partial(tp.broadcast_effects, mine, src=0))  # type: ignore[arg-type]
             results[label] = f"{got} {calls['broadcast']} broadcasts {calls['all_reduce']} reduces"
     finally:
-        channel._start = real_start  # type: ignore[method-assign]
+        channel._send = real_send  # type: ignore[method-assign]
         dist.all_reduce = real_all_reduce
     results["capacity"] = str(_wire_channel.channel_capacity(None))
     return results

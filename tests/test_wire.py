@@ -170,7 +170,7 @@ def test_decoded_accepts_are_interned_and_the_table_stays_bounded(
     monkeypatch.setattr(_wire_values, "ACCEPT_LIMIT", 50)
     other: list[Effect] = [SsmStateAccept(s, 1) for s in range(100, 130)]
     assert _wire.decode(_wire.encode(other)) == tuple(other)  # past the bound: the table restarts
-    assert len(_wire_values._ACCEPTS) == 30
+    assert sum(map(len, _wire_values._ACCEPTS.values())) == 30
     assert _wire.decode(_wire.encode(step)) == tuple(step)
 
 

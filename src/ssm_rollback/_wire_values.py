@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Sequence
 from functools import partial
 from itertools import repeat
-from operator import add
+from operator import add, getitem
 from typing import Final
 
 from ._effect_values import (
@@ -40,23 +40,25 @@ _ACCEPT_FIELDS: Final = tuple(slot_setter(SsmStateAccept, name) for name in ("se
 
 #: The most interned accepts kept; past it the table starts again (a bound, not a tuning knob).
 ACCEPT_LIMIT: Final = 1 << 16
-_ACCEPTS: Final[dict[tuple[int, int], SsmStateAccept]] = {}
+#: The interned accepts, ``index -> seq -> accept``: two lookups of an int each are cheaper
+#: than one of a ``(seq, index)`` tuple, which must be built and hashed per row.
+_ACCEPTS: Final[dict[int, dict[int, SsmStateAccept]]] = {}
 
 
 def accepts(seqs: Sequence[int], indices: Sequence[int]) -> list[SsmStateAccept]:
     """One ``SsmStateAccept`` per row, the interned one when this pair was seen before."""
-    try:
-        # The steady state: every pair seen. zip reuses its key tuple when the lookup lets go.
-        return list(map(_ACCEPTS.__getitem__, zip(seqs, indices, strict=True)))
+    try:  # the steady state: every pair seen
+        return list(map(getitem, map(_ACCEPTS.__getitem__, indices), seqs))
     except KeyError:
-        keys = list(zip(seqs, indices, strict=True))
-    if len(_ACCEPTS) + len(keys) > ACCEPT_LIMIT:
+        pass
+    if sum(map(len, _ACCEPTS.values())) + len(seqs) > ACCEPT_LIMIT:
         _ACCEPTS.clear()
     out = []
-    for key in keys:
-        found = _ACCEPTS.get(key)
+    for seq, index in zip(seqs, indices, strict=True):
+        by_seq = _ACCEPTS.setdefault(index, {})
+        found = by_seq.get(seq)
         if found is None:
-            found = _ACCEPTS[key] = _accept(*key)
+            found = by_seq[seq] = _accept(seq, index)
         out.append(found)
     return out
 
