@@ -316,13 +316,14 @@ def outcome_of(call: Callable[[], object]) -> str:
     return "ok"
 
 
-def bad_input(rank: int, world: int) -> dict[str, str]:
+def bad_input(rank: int, world: int, group: dist.ProcessGroup | None) -> dict[str, str]:
+    """Bad input on ``group`` (``None``: the world): the same error on every rank, no hang."""
     good: list[Effect] = [SsmStateAccept(1, 2), SaveBatch([0, 1], [0, 0], [3, 4], [5, 6])]
     mine = good if rank == 0 else None
-    results = {"good": outcome_of(lambda: tp.broadcast_effects(mine, src=0))}
+    results = {"good": outcome_of(lambda: tp.broadcast_effects(mine, src=0, group=group))}
     not_effects: list[object] = [SsmStateAccept(0, 0), object()]
     results["not effects"] = outcome_of(
-        lambda: tp.broadcast_effects(not_effects if rank == 0 else None, src=0)  # type: ignore[arg-type]
+        lambda: tp.broadcast_effects(not_effects if rank == 0 else None, src=0, group=group)  # type: ignore[arg-type]
     )
     real_encode = _wire.encode
 
@@ -335,7 +336,7 @@ def bad_input(rank: int, world: int) -> dict[str, str]:
     for label, encoder in (("unknown kind", unknown_kind), ("size mismatch", cut)):
         if rank == 0:
             _wire.encode = encoder
-        results[label] = outcome_of(lambda: tp.broadcast_effects(mine, src=0))
+        results[label] = outcome_of(lambda: tp.broadcast_effects(mine, src=0, group=group))
         _wire.encode = real_encode
     # A peer on another format version: caught by the handshake of a group's first step.
     fresh = dist.new_group()
@@ -350,10 +351,11 @@ def bad_input(rank: int, world: int) -> dict[str, str]:
     results["src not in group"] = outcome_of(
         lambda: tp.broadcast_effects(mine, src=0, group=others)
     ).split(":")[0]
-    results.update(corrupt_headers(rank, mine))
-    results.update(growth(rank))
-    results["bad src"] = outcome_of(lambda: tp.broadcast_effects(mine, src=world + 5))
-    results["good again"] = outcome_of(lambda: tp.broadcast_effects(mine, src=0))
+    results["beside the engine's sends"] = beside_engine_sends(rank, world, mine, group)
+    results.update(corrupt_headers(rank, mine, group))
+    results.update(growth(rank, group))
+    results["bad src"] = outcome_of(lambda: tp.broadcast_effects(mine, src=world + 5, group=group))
+    results["good again"] = outcome_of(lambda: tp.broadcast_effects(mine, src=0, group=group))
     # Pools of different shapes are a dispute on every rank, not a hang.
     live = (torch.zeros((1, 2 + (rank == 1), 3)),)
     odd = TorchSnapshotPool(live, 2, batch_dim=1)
@@ -361,7 +363,32 @@ def bad_input(rank: int, world: int) -> dict[str, str]:
     return results
 
 
-def corrupt_headers(rank: int, mine: list[Effect] | None) -> dict[str, str]:
+def beside_engine_sends(
+    rank: int, world: int, mine: list[Effect] | None, group: dist.ProcessGroup | None
+) -> str:
+    """The engine's own untagged send, posted before a step and received after it, stays its own.
+
+    A step's sends carry their own tag: with the engine's (0), a worker's
+    receive of the step would take the engine's message instead.
+    """
+    tokens = (
+        torch.arange(5, dtype=torch.int64) + 100 if rank == 0 else torch.zeros(5, dtype=torch.int64)
+    )
+    sends = (
+        [dist.isend(tokens, dst=peer, group=group) for peer in range(1, world)] if not rank else []
+    )
+    got = outcome_of(lambda: tp.broadcast_effects(mine, src=0, group=group))
+    if rank:
+        dist.recv(tokens, src=0, group=group)
+    for send in sends:
+        assert send is not None
+        send.wait()
+    return f"{got}, tokens {tokens.tolist()}"
+
+
+def corrupt_headers(
+    rank: int, mine: list[Effect] | None, group: dist.ProcessGroup | None
+) -> dict[str, str]:
     """The sender's header corrupted: a ``WireError`` on every rank, and the group still works."""
     real = _wire_channel.header_words
     results = {}
@@ -373,9 +400,9 @@ def corrupt_headers(rank: int, mine: list[Effect] | None) -> dict[str, str]:
     ):
         if rank == 0:
             _wire_channel.header_words = header
-        results[label] = outcome_of(lambda: tp.broadcast_effects(mine, src=0))
+        results[label] = outcome_of(lambda: tp.broadcast_effects(mine, src=0, group=group))
         _wire_channel.header_words = real
-    results["after corruption"] = outcome_of(lambda: tp.broadcast_effects(mine, src=0))
+    results["after corruption"] = outcome_of(lambda: tp.broadcast_effects(mine, src=0, group=group))
     return results
 
 
@@ -386,7 +413,7 @@ class Loud:
         return "loud" * 3000
 
 
-def growth(rank: int) -> dict[str, str]:
+def growth(rank: int, group: dist.ProcessGroup | None) -> dict[str, str]:
     """A step bigger than the buffer costs one more broadcast, once; then one per step again."""
     calls = {"broadcast": 0, "all_reduce": 0}
     channel = _wire_channel._Channel  # its _send is the one place a step's broadcast is made
@@ -407,16 +434,16 @@ def growth(rank: int) -> dict[str, str]:
         for label in ("small step", "loud refusal", "big step", "big step again"):
             step: list[object] = [SsmStateAccept(1, 2)] if label == "small step" else [Loud()]
             if label.startswith("big"):  # three times what the buffer held before it
-                rows = rows or 3 * _wire_channel.channel_capacity(None)
+                rows = rows or 3 * _wire_channel.channel_capacity(group)
                 step = [SaveBatch(range(rows), [0] * rows, range(rows), range(rows))]
             calls.update(broadcast=0, all_reduce=0)
             mine = step if rank == 0 else None
-            got = outcome_of(partial(tp.broadcast_effects, mine, src=0))  # type: ignore[arg-type]
+            got = outcome_of(partial(tp.broadcast_effects, mine, src=0, group=group))  # type: ignore[arg-type]
             results[label] = f"{got} {calls['broadcast']} broadcasts {calls['all_reduce']} reduces"
     finally:
         channel._send = real_send  # type: ignore[method-assign]
         dist.all_reduce = real_all_reduce
-    results["capacity"] = str(_wire_channel.channel_capacity(None))
+    results["capacity"] = str(_wire_channel.channel_capacity(group))
     return results
 
 
@@ -431,7 +458,10 @@ def main(argv: list[str]) -> None:
         timeout=datetime.timedelta(seconds=60),
     )
     try:
-        result = {"scenario": scenario(rank, world), "bad input": bad_input(rank, world)}
+        result = {"scenario": scenario(rank, world), "bad input": bad_input(rank, world, None)}
+        # The broadcast, NCCL's path, on a group of its own: the same results.
+        _wire_channel.sends_on = lambda backend, device: False
+        result["bad input, broadcast"] = bad_input(rank, world, dist.new_group())
     finally:
         dist.destroy_process_group()
     (out / f"rank{rank}.json").write_text(json.dumps(result), encoding="utf-8")
@@ -592,6 +622,21 @@ def test_a_header_that_says_more_follows_grows_every_rank_alike(
     assert _wire_channel.channel_capacity(None) == 2048
 
 
+@pytest.mark.parametrize(
+    ("backend", "device", "sends"),
+    [
+        ("gloo", "cpu", True),
+        ("cpu:gloo,cuda:nccl", "cpu", True),  # a group over both device types
+        ("cuda:nccl,cpu:gloo", "cpu", True),
+        ("nccl", "cuda", False),
+        ("mpi", "cpu", False),
+        ("cpu:mpi,cuda:nccl", "cpu", False),
+    ],
+)
+def test_a_step_travels_as_sends_only_on_gloo(backend: str, device: str, sends: bool) -> None:
+    assert _wire_channel.sends_on(backend, torch.device(device)) is sends
+
+
 @pytest.mark.usefixtures("one_rank")
 def test_a_refusal_longer_than_the_buffer_still_arrives_whole() -> None:
     with pytest.raises(InvalidArgumentError, match=r"rank 0 refused .*effects\[1\]") as caught:
@@ -647,8 +692,9 @@ def test_every_rank_tracks_its_shard_of_the_reference(ranks: list[str]) -> None:
     assert results[0]["row_steps"] >= 2_000
 
 
-def test_bad_input_raises_on_every_rank(ranks: list[str]) -> None:
-    results: list[dict[str, str]] = [json.loads(t)["bad input"] for t in ranks]
+@pytest.mark.parametrize("path", ["bad input", "bad input, broadcast"])
+def test_bad_input_raises_on_every_rank(ranks: list[str], path: str) -> None:
+    results: list[dict[str, str]] = [json.loads(t)[path] for t in ranks]
     assert all(r == results[0] for r in results), results
     seen = results[0]
     assert seen["good"] == seen["good again"] == "ok"
@@ -661,6 +707,7 @@ def test_bad_input_raises_on_every_rank(ranks: list[str]) -> None:
     for label in ("bad status", "negative length", "length past the buffer", "huge length follows"):
         assert seen[label].startswith("WireError: the step's header must hold"), seen[label]
     assert seen["after corruption"] == "ok"
+    assert seen["beside the engine's sends"] == "ok, tokens [100, 101, 102, 103, 104]"
     assert seen["small step"] == "ok 1 broadcasts 0 reduces"
     assert seen["big step"] == "ok 2 broadcasts 0 reduces"
     assert seen["big step again"] == "ok 1 broadcasts 0 reduces"

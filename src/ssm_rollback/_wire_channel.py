@@ -1,20 +1,24 @@
-"""The torch side of ``broadcast_effects``: a buffer per process group, one broadcast per step.
+"""The torch side of ``broadcast_effects``: a buffer per process group, one message per step.
 
-Rules (every rank runs the same collectives in the same order, whatever
+Rules (every rank runs the same communication in the same order, whatever
 the input, so an error can never leave a peer waiting):
 
 1. The first step on a process group is a handshake: one ``all_reduce`` of
    every rank's format word. Mixed formats raise ``WireError`` on every
    rank and nothing is kept, so the next step shakes hands again.
-2. After it, a step is one ``broadcast`` of the group's buffer of
-   ``capacity`` words: a header (``status``, ``length``), then ``length``
-   payload words - the effects (``_wire``), or the sender's refusal message.
+2. After it, a step is one message of the group's buffer of ``capacity``
+   words from the sender to every rank: a header (``status``, ``length``),
+   then ``length`` payload words - the effects (``_wire``), or the sender's
+   refusal message. On gloo the message is a send from the sender to each
+   rank (tag ``TAG``) and a receive on each; elsewhere (NCCL) a
+   ``broadcast``. Gloo runs a collective on a worker thread of its own, a
+   send or receive on the caller's thread: fewer thread hand-offs a step.
 3. A payload that does not fit sets ``FOLLOWS`` in the header; then every
-   rank makes a second ``broadcast`` of a buffer grown to hold it, and keeps
-   that buffer. Every rank reads the same header, so every rank makes the
-   same second call (or none).
+   rank takes a second message of a buffer grown to hold it, and keeps that
+   buffer. Every rank reads the same header, so every rank makes the same
+   second call (or none).
 4. Every rank, the sender included, decodes the words in its own buffer
-   after the broadcast: all return equal effects or all raise.
+   once its message is through: all return equal effects or all raise.
 """
 
 from __future__ import annotations
@@ -34,7 +38,17 @@ from . import _wire
 from ._effects import Effect
 from ._errors import InvalidArgumentError, InvalidArgumentTypeError, SsmRollbackError
 
-__all__ = ["FOLLOWS", "HEADER", "MAX_WORDS", "OK", "REFUSED", "channel_capacity", "step"]
+__all__ = [
+    "FOLLOWS",
+    "HEADER",
+    "MAX_WORDS",
+    "OK",
+    "REFUSED",
+    "TAG",
+    "channel_capacity",
+    "sends_on",
+    "step",
+]
 
 OK: Final = 0
 REFUSED: Final = 1
@@ -47,11 +61,27 @@ _TOP_BYTE: Final = 7 if sys.byteorder == "little" else 0
 FIRST_CAPACITY: Final = 1024
 #: The longest payload a step may have (128 MiB): longer is refused, a longer header corrupt.
 MAX_WORDS: Final = 1 << 24
+#: The tag of a step's sends on gloo: ``b"SSMR"``, apart from an engine's own messages.
+TAG: Final = 0x53534D52
 
 
 def header_words(status: int, length: int) -> tuple[int, int]:
     """The header the sender writes (a seam the tests corrupt)."""
     return status, length
+
+
+def sends_on(backend: str, device: torch.device) -> bool:
+    """Whether a group's steps travel as sends (rule 2): a CPU buffer on gloo.
+
+    A seam: the tests turn it off to run the broadcast, NCCL's path, on gloo.
+    """
+    if device.type != "cpu":
+        return False
+    for part in backend.split(","):  # "gloo", or one per device type: "cpu:gloo,cuda:nccl"
+        kind, _, name = part.rpartition(":")
+        if kind in ("", "cpu"):
+            return name == "gloo"
+    return False
 
 
 @final
@@ -64,6 +94,7 @@ class _Channel:
     _device: torch.device
     _rank: int
     _group_rank: int
+    _sends: bool  # rule 2: the step's message as sends from the sender (gloo), else a broadcast
     _host: array[int] = attrs.field(factory=lambda: array("q"))
     _view: memoryview = attrs.field(factory=lambda: memoryview(b""))
     _wire: torch.Tensor = attrs.field(factory=lambda: torch.empty(0, dtype=torch.int64))
@@ -159,12 +190,20 @@ class _Channel:
         return group
 
     def _send(self, root: int) -> None:
-        """Broadcast the buffer from group rank ``root``; then every rank's host buffer holds it."""
-        # The group's own broadcast: dist.broadcast's checks, made once per group here, cost
-        # more than the collective itself on a small step.
-        self._live_group().broadcast(self._wire, root).wait()
-        if self._wire is not self._tensor and self._group_rank != root:
-            self._tensor.copy_(self._wire)
+        """Rule 2's message of the buffer from group rank ``root``; then every rank holds it."""
+        # The group's own calls: dist.broadcast's and dist.send's checks, made once per group
+        # here, cost more than the message itself on a small step.
+        group = self._live_group()
+        if not self._sends:
+            group.broadcast(self._wire, root).wait()
+            if self._wire is not self._tensor and self._group_rank != root:
+                self._tensor.copy_(self._wire)
+        elif self._group_rank != root:
+            group.recv([self._wire], root, TAG).wait()
+        else:
+            peers = [peer for peer in range(group.size()) if peer != root]
+            for work in [group.send([self._wire], peer, TAG) for peer in peers]:
+                work.wait()
 
     def _write(self, at: int, words: list[int] | tuple[int, ...]) -> None:
         # struct packs a list of ints several times faster than array() or torch.tensor()
@@ -234,7 +273,8 @@ def _channel(group: dist.ProcessGroup | None) -> _Channel:
             f"every rank must speak wire format {_wire.MAGIC:#x}, got formats by rank "
             f"{[hex(f) for f in seen]}: mixed library versions"
         )
-    channel = _Channel(weakref.ref(resolved), device, dist.get_rank(), me)
+    sends = sends_on(str(dist.get_backend(resolved)), device)
+    channel = _Channel(weakref.ref(resolved), device, dist.get_rank(), me, sends)
     channel.grow(FIRST_CAPACITY)
     _CHANNELS[resolved] = channel
     return channel
