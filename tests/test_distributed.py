@@ -308,12 +308,15 @@ def scenario(rank: int, world: int) -> dict[str, object]:
 
 
 def outcome_of(call: Callable[[], object]) -> str:
-    """``ok`` or the error's type and first words: what every rank must agree on."""
+    """``ok`` or the error's type and first words: what every rank must agree on.
+
+    A call that returns ``False`` (a comparison) is ``wrong``.
+    """
     try:
-        call()
+        returned = call()
     except (tp.AgreementError, tp.WireError, InvalidArgumentError) as error:
         return f"{type(error).__name__}: {str(error)[:40]}"
-    return "ok"
+    return "wrong" if returned is False else "ok"
 
 
 def bad_input(rank: int, world: int, group: dist.ProcessGroup | None) -> dict[str, str]:
@@ -351,6 +354,13 @@ def bad_input(rank: int, world: int, group: dist.ProcessGroup | None) -> dict[st
     results["src not in group"] = outcome_of(
         lambda: tp.broadcast_effects(mine, src=0, group=others)
     ).split(":")[0]
+    # From the last rank over the others: its group rank is not its global rank.
+    last = good if rank == world - 1 else None
+    results["from the last rank"] = (
+        outcome_of(lambda: tp.broadcast_effects(last, src=world - 1, group=others) == tuple(good))
+        if rank
+        else "ok"  # rank 0 is not in the group: nothing to take part in
+    )
     results["beside the engine's sends"] = beside_engine_sends(rank, world, mine, group)
     results.update(corrupt_headers(rank, mine, group))
     results.update(growth(rank, group))
@@ -704,6 +714,7 @@ def test_bad_input_raises_on_every_rank(ranks: list[str], path: str) -> None:
     assert seen["mixed versions"].startswith("WireError: every rank must speak")
     assert seen["fresh group"] == "ok"  # a failed handshake is not kept: the next one passes
     assert seen["src not in group"] == "InvalidArgumentError"
+    assert seen["from the last rank"] == "ok"
     for label in ("bad status", "negative length", "length past the buffer", "huge length follows"):
         assert seen[label].startswith("WireError: the step's header must hold"), seen[label]
     assert seen["after corruption"] == "ok"
