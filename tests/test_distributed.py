@@ -328,6 +328,14 @@ def bad_input(rank: int, world: int, group: dist.ProcessGroup | None) -> dict[st
     results["not effects"] = outcome_of(
         lambda: tp.broadcast_effects(not_effects if rank == 0 else None, src=0, group=group)  # type: ignore[arg-type]
     )
+
+    def breaks() -> Iterator[Effect]:
+        yield SsmStateAccept(0, 0)
+        raise ValueError("the engine's iterator broke")
+
+    results["a breaking iterable"] = outcome_of(
+        lambda: tp.broadcast_effects(breaks() if rank == 0 else None, src=0, group=group)
+    )
     real_encode = _wire.encode
 
     def unknown_kind(effects: object, *, ranged: bool = True) -> list[int]:
@@ -470,8 +478,11 @@ def main(argv: list[str]) -> None:
     try:
         result = {"scenario": scenario(rank, world), "bad input": bad_input(rank, world, None)}
         # The broadcast, NCCL's path, on a group of its own: the same results.
-        _wire_channel.sends_on = lambda backend, device: False
-        result["bad input, broadcast"] = bad_input(rank, world, dist.new_group())
+        _wire_channel.sends_on = lambda config, device: False
+        apart = dist.new_group()
+        result["bad input, broadcast"] = bad_input(rank, world, apart)
+        for label, group in (("bad input", dist.group.WORLD), ("bad input, broadcast", apart)):
+            result[label]["sends"] = str(_wire_channel._CHANNELS[group]._sends)  # type: ignore[index]
     finally:
         dist.destroy_process_group()
     (out / f"rank{rank}.json").write_text(json.dumps(result), encoding="utf-8")
@@ -633,18 +644,50 @@ def test_a_header_that_says_more_follows_grows_every_rank_alike(
 
 
 @pytest.mark.parametrize(
-    ("backend", "device", "sends"),
-    [
-        ("gloo", "cpu", True),
+    ("config", "device", "sends"),
+    [  # dist.get_backend_config's strings
+        ("cpu:gloo,cuda:gloo", "cpu", True),  # init_process_group("gloo")
+        ("cpu:gloo", "cpu", True),  # init_process_group() on a machine without CUDA
         ("cpu:gloo,cuda:nccl", "cpu", True),  # a group over both device types
         ("cuda:nccl,cpu:gloo", "cpu", True),
-        ("nccl", "cuda", False),
-        ("mpi", "cpu", False),
+        ("gloo", "cpu", True),  # a bare name serves every device type
+        ("cuda:nccl", "cuda", False),
+        ("cpu:mpi,cuda:mpi", "cpu", False),
         ("cpu:mpi,cuda:nccl", "cpu", False),
     ],
 )
-def test_a_step_travels_as_sends_only_on_gloo(backend: str, device: str, sends: bool) -> None:
-    assert _wire_channel.sends_on(backend, torch.device(device)) is sends
+def test_a_step_travels_as_sends_only_on_gloo(config: str, device: str, sends: bool) -> None:
+    if device == "cpu":  # only an NCCL-only group asks for CUDA (and so needs a GPU here)
+        assert _wire_channel.buffer_device(config) == torch.device("cpu")
+    assert _wire_channel.sends_on(config, torch.device(device)) is sends
+
+
+@pytest.mark.parametrize("backend", ["gloo", None])
+def test_a_group_started_with_or_without_a_backend_name_sends_on_gloo(
+    backend: str | None,
+) -> None:
+    """Without a name ``get_backend`` says ``undefined``: the config is what names gloo."""
+    dist.init_process_group(backend, store=HashStore(), rank=0, world_size=1)
+    try:
+        step = [SsmStateAccept(0, 1)]
+        assert tp.broadcast_effects(step, src=0) == tuple(step)
+        channel = _wire_channel._CHANNELS[dist.group.WORLD]  # type: ignore[index]
+        assert channel._sends
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.usefixtures("one_rank")
+def test_an_iterable_that_raises_is_refused_like_bad_input() -> None:
+    """Not the iterable's own error on the sender alone: its peers would wait for the step."""
+
+    def breaks() -> Iterator[Effect]:
+        yield SsmStateAccept(0, 0)
+        raise KeyError("row 7")
+
+    with pytest.raises(InvalidArgumentError, match="iterating 'effects' raised KeyError: 'row 7'"):
+        tp.broadcast_effects(breaks(), src=0)
+    assert tp.broadcast_effects([SsmStateAccept(0, 0)], src=0) == (SsmStateAccept(0, 0),)
 
 
 @pytest.mark.usefixtures("one_rank")
@@ -702,13 +745,17 @@ def test_every_rank_tracks_its_shard_of_the_reference(ranks: list[str]) -> None:
     assert results[0]["row_steps"] >= 2_000
 
 
-@pytest.mark.parametrize("path", ["bad input", "bad input, broadcast"])
-def test_bad_input_raises_on_every_rank(ranks: list[str], path: str) -> None:
+@pytest.mark.parametrize(
+    ("path", "sends"), [("bad input", "True"), ("bad input, broadcast", "False")]
+)
+def test_bad_input_raises_on_every_rank(ranks: list[str], path: str, sends: str) -> None:
     results: list[dict[str, str]] = [json.loads(t)[path] for t in ranks]
+    assert results[0]["sends"] == sends  # the path the case means to run
     assert all(r == results[0] for r in results), results
     seen = results[0]
     assert seen["good"] == seen["good again"] == "ok"
     assert seen["not effects"].startswith("InvalidArgumentError: rank 0 refused")
+    assert seen["a breaking iterable"].startswith("InvalidArgumentError: rank 0 refused")
     assert seen["unknown kind"].startswith("WireError: record 0 at word 2 must have")
     assert seen["size mismatch"].startswith("WireError: record 1 (save batch)")
     assert seen["mixed versions"].startswith("WireError: every rank must speak")

@@ -174,6 +174,11 @@ def test_decoded_accepts_are_interned_and_the_table_stays_bounded(
     assert _wire.decode(_wire.encode(step)) == tuple(step)
 
 
+def test_accept_columns_of_different_lengths_are_refused() -> None:
+    with pytest.raises(ValueError, match="accept columns of 2 and 1 rows"):
+        _wire_values.accepts((1, 2), (0,))
+
+
 def test_a_decoded_save_batch_keeps_its_columns_as_sent() -> None:
     batch = SaveBatch([1, 2], [0, 1], [5, 6], [7, 8], sources=[-1, -1])
     (decoded,) = _wire.decode(_wire.encode([batch]))

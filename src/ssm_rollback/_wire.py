@@ -2,7 +2,7 @@
 
 Pure Python, no torch: ``encode`` turns effects into words, ``decode`` turns
 words back into effects, and the tensor plumbing lives in ``_wire_channel``.
-Rules of the format (version 2):
+Rules of the format (version 3):
 
 1. The payload starts with ``MAGIC`` (which carries ``VERSION``) and the
    record count; every record starts with its kind code and its row count
@@ -54,8 +54,9 @@ __all__ = [
     "out_of_range",
 ]
 
-#: The format's version; a receiver refuses any other.
-VERSION: Final = 2
+#: The format's version; a receiver refuses any other. 3: the words of 2, but on gloo they
+#: travel as sends, which a rank of version 2 (waiting on a broadcast) would never take.
+VERSION: Final = 3
 #: ``b"SSMR"`` and the version: the first word of every payload.
 MAGIC: Final = (0x53534D52 << 16) | VERSION
 

@@ -45,6 +45,7 @@ __all__ = [
     "OK",
     "REFUSED",
     "TAG",
+    "buffer_device",
     "channel_capacity",
     "sends_on",
     "step",
@@ -70,18 +71,32 @@ def header_words(status: int, length: int) -> tuple[int, int]:
     return status, length
 
 
-def sends_on(backend: str, device: torch.device) -> bool:
-    """Whether a group's steps travel as sends (rule 2): a CPU buffer on gloo.
-
-    A seam: the tests turn it off to run the broadcast, NCCL's path, on gloo.
-    """
-    if device.type != "cpu":
-        return False
-    for part in backend.split(","):  # "gloo", or one per device type: "cpu:gloo,cuda:nccl"
+def _backends(config: str) -> dict[str, str]:
+    """A group's backend by device type, from ``dist.get_backend_config`` (``"cpu:gloo"``)."""
+    found: dict[str, str] = {}
+    for part in config.split(","):
         kind, _, name = part.rpartition(":")
-        if kind in ("", "cpu"):
-            return name == "gloo"
-    return False
+        for device_type in (kind,) if kind else ("cpu", "cuda"):  # a bare name serves both
+            found[device_type] = name
+    return found
+
+
+def buffer_device(config: str) -> torch.device:
+    """Where a group's buffers live: the CPU wherever the group has a CPU backend, else CUDA."""
+    backends = _backends(config)
+    if "cpu" not in backends and "cuda" in backends:
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def sends_on(config: str, device: torch.device) -> bool:
+    """Whether a group's steps travel as sends (rule 2): a buffer on the CPU, on gloo.
+
+    ``config`` is ``dist.get_backend_config``'s (``get_backend`` says
+    ``"undefined"`` for a group started without naming one). A seam: the
+    tests turn it off to run the broadcast, NCCL's path, on gloo.
+    """
+    return device.type == "cpu" and _backends(config).get("cpu") == "gloo"
 
 
 @final
@@ -219,6 +234,10 @@ def _encode(effects: Iterable[Effect] | None) -> tuple[int, list[int]]:
         words = _wire.encode(() if effects is None else effects, ranged=False)
     except SsmRollbackError as error:
         return _refusal(error)
+    except Exception as error:  # the caller's iterable broke: refused on every rank, no hang
+        return _refusal(
+            InvalidArgumentError(f"iterating 'effects' raised {type(error).__name__}: {error}")
+        )
     if len(words) > MAX_WORDS:
         return _refusal(
             InvalidArgumentError(
@@ -258,11 +277,8 @@ def _channel(group: dist.ProcessGroup | None) -> _Channel:
         raise InvalidArgumentError(
             f"'group' must hold this rank ({dist.get_rank()}) to broadcast effects over it"
         )
-    device = (
-        torch.device("cuda", torch.cuda.current_device())
-        if dist.get_backend(resolved) == "nccl"
-        else torch.device("cpu")
-    )
+    config = str(dist.get_backend_config(resolved))
+    device = buffer_device(config)
     formats = torch.zeros(dist.get_world_size(resolved), dtype=torch.int64)
     formats[me] = _wire.MAGIC
     formats = formats.to(device)
@@ -273,8 +289,7 @@ def _channel(group: dist.ProcessGroup | None) -> _Channel:
             f"every rank must speak wire format {_wire.MAGIC:#x}, got formats by rank "
             f"{[hex(f) for f in seen]}: mixed library versions"
         )
-    sends = sends_on(str(dist.get_backend(resolved)), device)
-    channel = _Channel(weakref.ref(resolved), device, dist.get_rank(), me, sends)
+    channel = _Channel(weakref.ref(resolved), device, dist.get_rank(), me, sends_on(config, device))
     channel.grow(FIRST_CAPACITY)
     _CHANNELS[resolved] = channel
     return channel

@@ -47,6 +47,8 @@ _ACCEPTS: Final[dict[int, dict[int, SsmStateAccept]]] = {}
 
 def accepts(seqs: Sequence[int], indices: Sequence[int]) -> list[SsmStateAccept]:
     """One ``SsmStateAccept`` per row, the interned one when this pair was seen before."""
+    if len(seqs) != len(indices):
+        raise ValueError(f"accept columns of {len(seqs)} and {len(indices)} rows")
     try:  # the steady state: every pair seen
         return list(map(getitem, map(_ACCEPTS.__getitem__, indices), seqs))
     except KeyError:

@@ -4,12 +4,13 @@ The scheduler decides on one rank; every tensor-parallel rank holds its own
 shard of the SSM state in its own pool. Per step:
 
 1. ``broadcast_effects(effects, src=scheduler)`` on every rank: the
-   scheduler's effects travel as int64 words in one ``broadcast`` of a
-   buffer each group keeps (``_wire_channel``), no pickling, and every rank -
-   the scheduler included - gets the same decoded tuple back. Bad input
-   raises ``SsmRollbackError`` on every rank: each rank runs the same
-   collectives in the same order and decodes the same words, so an error
-   cannot leave a peer waiting.
+   scheduler's effects travel as int64 words in one message of a buffer
+   each group keeps (``_wire_channel``: tagged sends on gloo, a
+   ``broadcast`` on NCCL), no pickling, and every rank - the scheduler
+   included - gets the same decoded tuple back. Bad input raises
+   ``SsmRollbackError`` on every rank: each rank makes the same calls in the
+   same order and decodes the same words, so an error cannot leave a peer
+   waiting.
 2. The scheduler applies them with ``apply_effects(pool, effects, rings)``;
    a worker, which has no rings, with ``apply_on_worker(pool, effects)``.
 3. ``check_agreement(pool)`` on every rank: one small ``all_gather`` of a
@@ -66,10 +67,8 @@ def _active(group: dist.ProcessGroup | None) -> bool:
 
 
 def _device(group: dist.ProcessGroup | None) -> torch.device:
-    """Where this group's collectives want their tensors: CUDA for NCCL, else the CPU."""
-    if dist.get_backend(group) == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
+    """Where this group's collectives want their tensors: the CPU if it has a CPU backend."""
+    return _wire_channel.buffer_device(str(dist.get_backend_config(group)))
 
 
 # -- effects --------------------------------------------------------------------------------
@@ -82,10 +81,12 @@ def broadcast_effects(
 
     ``src`` is the scheduler's global rank (as in ``torch.distributed.broadcast``);
     only it passes ``effects`` (the others pass ``None``, or anything: it is
-    ignored). One ``broadcast`` per step, of a buffer the group keeps from
-    step to step; the group's first step first checks every rank's wire
-    format version (one ``all_reduce``), and a step too big for the buffer
-    grows it with a second ``broadcast``. Every rank decodes the same words,
+    ignored). One message per step, of a buffer the group keeps from step to
+    step: on gloo a send from ``src`` to each rank (tagged ``b"SSMR"``, apart
+    from the engine's own messages), on NCCL a ``broadcast``. The group's
+    first step first checks every rank's wire format version (one
+    ``all_reduce``), and a step too big for the buffer grows it with a
+    second message. Every rank decodes the same words,
     so all return equal tuples or all raise: ``InvalidArgumentError`` when
     the scheduler's input was bad (with its message), ``WireError`` when the
     ranks speak different format versions or the words do not decode.
