@@ -369,6 +369,7 @@ def bad_input(rank: int, world: int, group: dist.ProcessGroup | None) -> dict[st
         if rank
         else "ok"  # rank 0 is not in the group: nothing to take part in
     )
+    results["from each rank in turn"] = from_each_rank(rank, world, group)
     results["beside the engine's sends"] = beside_engine_sends(rank, world, mine, group)
     results.update(corrupt_headers(rank, mine, group))
     results.update(growth(rank, group))
@@ -379,6 +380,22 @@ def bad_input(rank: int, world: int, group: dist.ProcessGroup | None) -> dict[st
     odd = TorchSnapshotPool(live, 2, batch_dim=1)
     results["shapes"] = outcome_of(lambda: tp.check_agreement(odd))
     return results
+
+
+def from_each_rank(rank: int, world: int, group: dist.ProcessGroup | None) -> str:
+    """Every rank sends a step of its own in turn over one group: each arrives from its sender.
+
+    The group keeps each sender's group rank from its first step: a step from
+    a new sender must not go out from the root of the one before.
+    """
+
+    def step_from(src: int) -> str:
+        mine = [SsmStateAccept(src, 1)] if rank == src else None
+        return outcome_of(
+            lambda: tp.broadcast_effects(mine, src=src, group=group) == (SsmStateAccept(src, 1),)
+        )
+
+    return ", ".join(step_from(src) for src in (*range(world), 0))
 
 
 def beside_engine_sends(
@@ -465,6 +482,19 @@ def growth(rank: int, group: dist.ProcessGroup | None) -> dict[str, str]:
     return results
 
 
+_REAL_GROW: Final = _wire_channel._Channel.grow
+
+
+def grow_apart(self: _wire_channel._Channel, capacity: int) -> None:
+    """``grow`` with the wire a tensor of its own, as on a GPU: the words must be copied across.
+
+    The sender's words go from the host buffer to the wire (``_write``), a
+    receiver's from the wire back to the host buffer it decodes (``_send``).
+    """
+    _REAL_GROW(self, capacity)
+    self._wire = self._tensor.clone()
+
+
 def main(argv: list[str]) -> None:
     rank, world, port, out = int(argv[0]), int(argv[1]), argv[2], Path(argv[3])
     torch.set_num_threads(1)
@@ -476,13 +506,25 @@ def main(argv: list[str]) -> None:
         timeout=datetime.timedelta(seconds=60),
     )
     try:
-        result = {"scenario": scenario(rank, world), "bad input": bad_input(rank, world, None)}
+        tracked = scenario(rank, world)
+        paths = {"bad input": bad_input(rank, world, None)}
         # The broadcast, NCCL's path, on a group of its own: the same results.
         _wire_channel.sends_on = lambda config, device: False
         apart = dist.new_group()
-        result["bad input, broadcast"] = bad_input(rank, world, apart)
-        for label, group in (("bad input", dist.group.WORLD), ("bad input, broadcast", apart)):
-            result[label]["sends"] = str(_wire_channel._CHANNELS[group]._sends)  # type: ignore[index]
+        paths["bad input, broadcast"] = bad_input(rank, world, apart)
+        # NCCL's buffer lives on the GPU, apart from the host words: a CPU stand-in for it.
+        _wire_channel._Channel.grow = grow_apart  # type: ignore[method-assign]
+        device = dist.new_group()
+        paths["bad input, device buffer"] = bad_input(rank, world, device)
+        for label, group in (
+            ("bad input", dist.group.WORLD),
+            ("bad input, broadcast", apart),
+            ("bad input, device buffer", device),
+        ):
+            channel = _wire_channel._CHANNELS[group]  # type: ignore[index]
+            paths[label]["sends"] = str(channel._sends)
+            paths[label]["device buffer"] = str(channel._wire is not channel._tensor)
+        result = {"scenario": tracked, **paths}
     finally:
         dist.destroy_process_group()
     (out / f"rank{rank}.json").write_text(json.dumps(result), encoding="utf-8")
@@ -556,6 +598,53 @@ def test_a_step_of_any_size_arrives_and_the_buffer_grows_to_hold_it(rows: int) -
     assert _wire_channel.channel_capacity(None) == capacity  # no growth when it fits
 
 
+@pytest.mark.usefixtures("one_rank")
+@pytest.mark.parametrize(
+    ("accepts", "capacity"),
+    [  # a payload of 4 + 2 * accepts words, after a header of 2, in a first buffer of 1,024
+        (509, 1024),  # 1,022 words: the buffer exactly, no growth
+        (510, 2048),  # 1,024: one word pair past it
+        (1021, 2048),  # 2,046: the grown buffer exactly
+        (1022, 4096),  # 2,048, a power of two: the header needs the next one
+    ],
+)
+def test_a_payload_at_the_edge_of_the_buffer_arrives_and_grows_only_past_it(
+    accepts: int, capacity: int
+) -> None:
+    step = [SsmStateAccept(r, 1) for r in range(accepts)]
+    assert len(_wire.encode(step)) == 4 + 2 * accepts
+    assert tp.broadcast_effects(step, src=0) == tuple(step)
+    assert _wire_channel.channel_capacity(None) == capacity
+
+
+@pytest.mark.usefixtures("one_rank")
+def test_a_step_of_exactly_the_word_limit_arrives(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The limit is inclusive, on the sender and in the header that says more follows."""
+    step = [batch_of(260)]
+    monkeypatch.setattr(_wire_channel, "MAX_WORDS", len(_wire.encode(step)))  # 1,045: past 1,022
+    assert tp.broadcast_effects(step, src=0) == tuple(step)
+    assert _wire_channel.channel_capacity(None) == 2048
+
+
+@pytest.mark.usefixtures("one_rank")
+def test_none_from_the_sender_is_an_empty_step() -> None:
+    assert tp.broadcast_effects(None, src=0) == ()
+
+
+@pytest.mark.usefixtures("one_rank")
+@pytest.mark.parametrize("rows", [1, 600])  # within the first buffer, and past it
+def test_a_value_int64_cannot_carry_is_refused_naming_it_and_nothing_grows(rows: int) -> None:
+    """Refused before the header: a header that says more follows commits every rank to it."""
+    step: list[Effect] = [batch_of(rows), SsmStateAccept(2**63, 0)]
+    at = len(_wire.encode([batch_of(rows)])) + 2  # the accept record's kind, count, then seq
+    with pytest.raises(
+        InvalidArgumentError, match=f"rank 0 refused .*fit int64, got {2**63} at word {at}"
+    ):
+        tp.broadcast_effects(step, src=0)
+    assert _wire_channel.channel_capacity(None) == 1024
+    assert tp.broadcast_effects([SsmStateAccept(0, 0)], src=0) == (SsmStateAccept(0, 0),)
+
+
 def random_step(rng: random.Random) -> list[Effect]:
     """Runs of every kind, sources live and staged, sizes from nothing to past the buffer."""
     step: list[Effect] = []
@@ -615,12 +704,14 @@ def test_a_corrupted_header_is_a_wire_error_and_the_group_goes_on(
 @pytest.mark.usefixtures("one_rank")
 # Negative words whose low bytes look like a small positive int's: only the sign byte tells.
 @pytest.mark.parametrize("negative", [-1, -256, -(1 << 40), -(1 << 63)])
+@pytest.mark.parametrize("at", [4, 5])  # the seq, and the index: the payload's last word
 def test_a_negative_word_on_the_wire_is_refused(
-    monkeypatch: pytest.MonkeyPatch, negative: int
+    monkeypatch: pytest.MonkeyPatch, negative: int, at: int
 ) -> None:
-    forged = [_wire.MAGIC, 1, _wire.ACCEPTS, 1, negative, 0]  # no sender could build the seq
+    forged = [_wire.MAGIC, 1, _wire.ACCEPTS, 1, 0, 0]
+    forged[at] = negative  # no sender could build the accept
     monkeypatch.setattr(_wire, "encode", lambda effects, *, ranged=True: forged)
-    with pytest.raises(tp.WireError, match=f"ints >= 0, got {negative} at word 4"):
+    with pytest.raises(tp.WireError, match=f"ints >= 0, got {negative} at word {at}"):
         tp.broadcast_effects([SsmStateAccept(0, 0)], src=0)
 
 
@@ -660,6 +751,14 @@ def test_a_step_travels_as_sends_only_on_gloo(config: str, device: str, sends: b
     if device == "cpu":  # only an NCCL-only group asks for CUDA (and so needs a GPU here)
         assert _wire_channel.buffer_device(config) == torch.device("cpu")
     assert _wire_channel.sends_on(config, torch.device(device)) is sends
+
+
+def test_an_nccl_group_keeps_its_buffer_on_the_current_gpu(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``init_process_group("nccl")``'s config: no CPU backend, so the buffer goes to the GPU."""
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)  # no GPU needed to name one
+    assert _wire_channel.buffer_device("cuda:nccl") == torch.device("cuda", 3)
 
 
 @pytest.mark.parametrize("backend", ["gloo", None])
@@ -746,11 +845,19 @@ def test_every_rank_tracks_its_shard_of_the_reference(ranks: list[str]) -> None:
 
 
 @pytest.mark.parametrize(
-    ("path", "sends"), [("bad input", "True"), ("bad input, broadcast", "False")]
+    ("path", "sends", "device_buffer"),
+    [
+        ("bad input", "True", "False"),
+        ("bad input, broadcast", "False", "False"),
+        ("bad input, device buffer", "False", "True"),
+    ],
 )
-def test_bad_input_raises_on_every_rank(ranks: list[str], path: str, sends: str) -> None:
+def test_bad_input_raises_on_every_rank(
+    ranks: list[str], path: str, sends: str, device_buffer: str
+) -> None:
     results: list[dict[str, str]] = [json.loads(t)[path] for t in ranks]
     assert results[0]["sends"] == sends  # the path the case means to run
+    assert results[0]["device buffer"] == device_buffer
     assert all(r == results[0] for r in results), results
     seen = results[0]
     assert seen["good"] == seen["good again"] == "ok"
@@ -762,6 +869,7 @@ def test_bad_input_raises_on_every_rank(ranks: list[str], path: str, sends: str)
     assert seen["fresh group"] == "ok"  # a failed handshake is not kept: the next one passes
     assert seen["src not in group"] == "InvalidArgumentError"
     assert seen["from the last rank"] == "ok"
+    assert seen["from each rank in turn"] == ", ".join(["ok"] * (len(ranks) + 1))
     for label in ("bad status", "negative length", "length past the buffer", "huge length follows"):
         assert seen[label].startswith("WireError: the step's header must hold"), seen[label]
     assert seen["after corruption"] == "ok"

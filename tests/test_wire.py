@@ -163,14 +163,18 @@ def test_decode_may_leave_rule_5_to_its_caller() -> None:
 def test_decoded_accepts_are_interned_and_the_table_stays_bounded(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    _wire_values._ACCEPTS.clear()  # counted from empty, whatever ran before
     step: list[Effect] = [SsmStateAccept(s, s % 4) for s in range(40)]
     first, again = _wire.decode(_wire.encode(step)), _wire.decode(_wire.encode(step))
     assert first == again == tuple(step)
     assert all(a is b for a, b in zip(first, again, strict=True))  # one value per (seq, index)
-    monkeypatch.setattr(_wire_values, "ACCEPT_LIMIT", 50)
+    monkeypatch.setattr(_wire_values, "ACCEPT_LIMIT", 70)
     other: list[Effect] = [SsmStateAccept(s, 1) for s in range(100, 130)]
-    assert _wire.decode(_wire.encode(other)) == tuple(other)  # past the bound: the table restarts
-    assert sum(map(len, _wire_values._ACCEPTS.values())) == 30
+    assert _wire.decode(_wire.encode(other)) == tuple(other)  # up to the bound: all kept
+    assert sum(map(len, _wire_values._ACCEPTS.values())) == 70  # every pair, not every index
+    one_more: list[Effect] = [SsmStateAccept(200, 1)]
+    assert _wire.decode(_wire.encode(one_more)) == tuple(one_more)  # past it: the table restarts
+    assert sum(map(len, _wire_values._ACCEPTS.values())) == 1
     assert _wire.decode(_wire.encode(step)) == tuple(step)
 
 

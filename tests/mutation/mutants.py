@@ -6,8 +6,9 @@ mutant with ``equivalent`` set changes no observable behaviour; the text
 says why, and it is left out of the score.
 
 The snippets of ``_ring.py``, ``_batched.py``, ``rollback.py``,
-``_effect_values.py`` and ``backends/_torch_copy.py`` match the current code
-(run them with ``--module``); many of the other modules' were written for
+``_effect_values.py``, ``backends/_torch_copy.py`` and the wire modules
+(``_wire.py``, ``_wire_values.py``, ``_wire_channel.py``) match the current
+code (run them with ``--module``); many of the other modules' were written for
 commit dba0ee3 and no longer occur (``README.md`` says how to run those).
 """
 
@@ -82,6 +83,12 @@ EFFECT_TESTS = (
     "tests/test_wire.py",
 )
 COPY_TESTS = (CHECKS, "tests/test_torch_pool.py")
+# The wire modules: the format's own tests first (no processes), then the process groups:
+# one rank in this process (fast), then 2 and 4 ranks launched over gloo (~20 s; a mutant
+# that hangs them fails at gloo's 60 s timeout, or at the runner's --timeout).
+DISTRIBUTED = "tests/test_distributed.py"
+WIRE_TESTS = ("tests/test_wire.py", DISTRIBUTED)
+CHANNEL_TESTS = (DISTRIBUTED,)
 
 
 @dataclass(frozen=True)
@@ -122,6 +129,9 @@ TORCH_MOD = "backends/torch.py"
 TORCH_COPY = "backends/_torch_copy.py"
 HF_MOD = "integrations/transformers.py"
 RESERVE_MOD = "reserve.py"
+WIRE = "_wire.py"
+WIRE_VALUES = "_wire_values.py"
+CHANNEL = "_wire_channel.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     # -- _ring.py ---------------------------------------------------------------------------
@@ -1779,5 +1789,292 @@ MUTANTS: tuple[Mutant, ...] = (
         "    if override is not None:\n        chosen = (",
         "    if override is not None and ENV_VAR not in environment:\n        chosen = (",
         RESERVE,
+    ),
+    # -- _wire_channel.py -------------------------------------------------------------------
+    # sends_on / _backends / buffer_device: which path (sends or broadcast) and where
+    _m(
+        "chan_sends_on_any_cpu_backend",
+        CHANNEL,
+        'return device.type == "cpu" and _backends(config).get("cpu") == "gloo"',
+        'return device.type == "cpu"',
+        CHANNEL_TESTS,
+    ),
+    _m(
+        "chan_sends_on_ignores_device",
+        CHANNEL,
+        'return device.type == "cpu" and _backends(config).get("cpu") == "gloo"',
+        'return _backends(config).get("cpu") == "gloo"',
+        CHANNEL_TESTS,
+        equivalent="buffer_device gives a CUDA buffer only to a group without a CPU backend, "
+        "whose get('cpu') is None: the device test never decides sends_on's answer",
+    ),
+    _m(
+        "chan_backends_bare_name_cpu_only",
+        CHANNEL,
+        'for device_type in (kind,) if kind else ("cpu", "cuda"):',
+        'for device_type in (kind,) if kind else ("cpu",):',
+        CHANNEL_TESTS,
+        equivalent="a bare name sets the 'cpu' entry either way, and with one buffer_device "
+        "picks the CPU and sends_on reads only it: the 'cuda' entry never decides",
+    ),
+    _m(
+        "chan_buffer_device_cuda_beside_cpu",
+        CHANNEL,
+        'if "cpu" not in backends and "cuda" in backends:',
+        'if "cuda" in backends:',
+        CHANNEL_TESTS,
+    ),
+    _m(
+        "chan_buffer_device_never_cuda",
+        CHANNEL,
+        'if "cpu" not in backends and "cuda" in backends:',
+        "if False:",
+        CHANNEL_TESTS,
+    ),
+    # _send: the gloo sends (tag, root, peers) and the broadcast
+    _m(
+        "chan_recv_untagged",
+        CHANNEL,
+        "group.recv([self._wire], root, TAG).wait()",
+        "group.recv([self._wire], root, 0).wait()",
+        CHANNEL_TESTS,
+    ),
+    _m(
+        "chan_recv_from_group_rank_0",
+        CHANNEL,
+        "group.recv([self._wire], root, TAG).wait()",
+        "group.recv([self._wire], 0, TAG).wait()",
+        CHANNEL_TESTS,
+    ),
+    _m(
+        "chan_send_to_root_too",
+        CHANNEL,
+        "peers = [peer for peer in range(group.size()) if peer != root]",
+        "peers = list(range(group.size()))",
+        CHANNEL_TESTS,
+    ),
+    _m(
+        "chan_send_skips_last_peer",
+        CHANNEL,
+        "peers = [peer for peer in range(group.size()) if peer != root]",
+        "peers = [peer for peer in range(group.size() - 1) if peer != root]",
+        CHANNEL_TESTS,
+    ),
+    _m(
+        "chan_broadcast_from_group_rank_0",
+        CHANNEL,
+        "group.broadcast(self._wire, root).wait()",
+        "group.broadcast(self._wire, 0).wait()",
+        CHANNEL_TESTS,
+    ),
+    _m(
+        "chan_broadcast_no_copy_back",
+        CHANNEL,
+        "if self._wire is not self._tensor and self._group_rank != root:",
+        "if False:",
+        CHANNEL_TESTS,
+    ),
+    _m(
+        "chan_write_no_device_copy",
+        CHANNEL,
+        "if self._wire is not self._tensor:  # a device buffer",
+        "if False:  # a device buffer",
+        CHANNEL_TESTS,
+    ),
+    # step: the root's group rank, cached per src; who posts
+    _m(
+        "chan_step_root_cached_under_0",
+        CHANNEL,
+        "root = self._roots.get(src)",
+        "root = self._roots.get(0)",
+        CHANNEL_TESTS,
+    ),
+    _m(
+        "chan_step_sender_by_group_rank",
+        CHANNEL,
+        "payload = self._post(effects) if self._rank == src else []",
+        "payload = self._post(effects) if self._group_rank == src else []",
+        CHANNEL_TESTS,
+    ),
+    # _read: the header checks and rule 3's growth
+    _m(
+        "chan_read_follows_only_ok",
+        CHANNEL,
+        "if status in (OK | FOLLOWS, REFUSED | FOLLOWS) and 0 <= length <= MAX_WORDS:",
+        "if status == OK | FOLLOWS and 0 <= length <= MAX_WORDS:",
+        CHANNEL_TESTS,
+    ),
+    _m(
+        "chan_read_follows_limit_strict",
+        CHANNEL,
+        "if status in (OK | FOLLOWS, REFUSED | FOLLOWS) and 0 <= length <= MAX_WORDS:",
+        "if status in (OK | FOLLOWS, REFUSED | FOLLOWS) and 0 <= length < MAX_WORDS:",
+        CHANNEL_TESTS,
+    ),
+    _m(
+        "chan_read_grow_not_doubled",
+        CHANNEL,
+        "self.grow(max(2 * self.capacity, 1 << (HEADER + length - 1).bit_length()))",
+        "self.grow(1 << (HEADER + length - 1).bit_length())",
+        CHANNEL_TESTS,
+    ),
+    _m(
+        "chan_read_grow_ignores_header",
+        CHANNEL,
+        "self.grow(max(2 * self.capacity, 1 << (HEADER + length - 1).bit_length()))",
+        "self.grow(max(2 * self.capacity, 1 << (length - 1).bit_length()))",
+        CHANNEL_TESTS,
+    ),
+    _m(
+        "chan_read_length_bound_strict",
+        CHANNEL,
+        "or not 0 <= length <= self.capacity - HEADER:",
+        "or not 0 <= length < self.capacity - HEADER:",
+        CHANNEL_TESTS,
+    ),
+    # _all_non_negative: the sign byte of every payload word
+    _m(
+        "chan_sign_check_low_byte",
+        CHANNEL,
+        "return payload[_TOP_BYTE::8].isascii()",
+        "return payload[7 - _TOP_BYTE :: 8].isascii()",
+        CHANNEL_TESTS,
+    ),
+    _m(
+        "chan_sign_check_skips_last_word",
+        CHANNEL,
+        "[8 * HEADER : 8 * (HEADER + length)].tobytes()",
+        "[8 * HEADER : 8 * (HEADER + length - 1)].tobytes()",
+        CHANNEL_TESTS,
+    ),
+    # _encode: refusals on the sender become every rank's error
+    _m(
+        "chan_encode_iterable_error_escapes",
+        CHANNEL,
+        "except Exception as error:  # the caller's iterable broke",
+        "except ArithmeticError as error:  # the caller's iterable broke",
+        CHANNEL_TESTS,
+    ),
+    _m(
+        "chan_encode_limit_inclusive",
+        CHANNEL,
+        "if len(words) > MAX_WORDS:",
+        "if len(words) >= MAX_WORDS:",
+        CHANNEL_TESTS,
+    ),
+    _m(
+        "chan_encode_none_not_empty",
+        CHANNEL,
+        "words = _wire.encode(() if effects is None else effects, ranged=False)",
+        "words = _wire.encode(effects, ranged=False)",
+        CHANNEL_TESTS,
+    ),
+    # _post: a value past int64, refused before the header promises more (rule 3)
+    _m(
+        "chan_post_big_range_unchecked",
+        CHANNEL,
+        "if HEADER + len(payload) > self.capacity and status == OK:",
+        "if False:",
+        CHANNEL_TESTS,
+    ),
+    _m(
+        "chan_post_struct_error_unnamed",
+        CHANNEL,
+        "found = _wire.out_of_range(payload)",
+        "found = None",
+        CHANNEL_TESTS,
+    ),
+    _m(
+        "chan_post_fits_strict",
+        CHANNEL,
+        "fits = HEADER + len(payload) <= self.capacity",
+        "fits = HEADER + len(payload) < self.capacity",
+        CHANNEL_TESTS,
+    ),
+    # -- _wire_values.py --------------------------------------------------------------------
+    _m(
+        "values_accepts_length_unchecked",
+        WIRE_VALUES,
+        "if len(seqs) != len(indices):",
+        "if False:",
+        WIRE_TESTS,
+    ),
+    _m(
+        "values_accepts_fast_path_levels_swapped",
+        WIRE_VALUES,
+        "map(getitem, map(_ACCEPTS.__getitem__, indices), seqs)",
+        "map(getitem, map(_ACCEPTS.__getitem__, seqs), indices)",
+        WIRE_TESTS,
+    ),
+    _m(
+        "values_accepts_interned_under_seq",
+        WIRE_VALUES,
+        "by_seq = _ACCEPTS.setdefault(index, {})",
+        "by_seq = _ACCEPTS.setdefault(seq, {})",
+        WIRE_TESTS,
+    ),
+    _m(
+        "values_accepts_not_interned",
+        WIRE_VALUES,
+        "found = by_seq[seq] = _accept(seq, index)",
+        "found = _accept(seq, index)",
+        WIRE_TESTS,
+    ),
+    _m(
+        "values_accepts_limit_inclusive",
+        WIRE_VALUES,
+        "+ len(seqs) > ACCEPT_LIMIT:",
+        "+ len(seqs) >= ACCEPT_LIMIT:",
+        WIRE_TESTS,
+    ),
+    _m(
+        "values_accepts_limit_counts_indices",
+        WIRE_VALUES,
+        "if sum(map(len, _ACCEPTS.values())) + len(seqs) > ACCEPT_LIMIT:",
+        "if len(_ACCEPTS) + len(seqs) > ACCEPT_LIMIT:",
+        WIRE_TESTS,
+    ),
+    _m(
+        "values_restore_fields_out_of_order",
+        WIRE_VALUES,
+        'for name in ("seq", "slot", "token_position", "ticket")',
+        'for name in ("seq", "slot", "ticket", "token_position")',
+        WIRE_TESTS,
+    ),
+    _m(
+        "values_save_batch_sources_unshifted",
+        WIRE_VALUES,
+        "None if sources is None else tuple(map(_UNSHIFTED, sources))",
+        "None if sources is None else tuple(sources)",
+        WIRE_TESTS,
+    ),
+    # -- _wire.py ---------------------------------------------------------------------------
+    _m(
+        "wire_decode_negative_one_ok",
+        WIRE,
+        "if not checked and min(words) < 0:",
+        "if not checked and min(words) < -1:",
+        WIRE_TESTS,
+    ),
+    _m(
+        "wire_decode_trailing_ok",
+        WIRE,
+        "    if at != size:",
+        "    if at > size:",
+        WIRE_TESTS,
+    ),
+    _m(
+        "wire_record_rows_bound_off_by_one",
+        WIRE,
+        "if n * width > len(words) - at:",
+        "if n * width > len(words) - at + 1:",
+        WIRE_TESTS,
+    ),
+    _m(
+        "wire_record_flags_unchecked",
+        WIRE,
+        "if flags not in (0, HAS_SOURCES):",
+        "if flags is None:",
+        WIRE_TESTS,
     ),
 )
