@@ -12,9 +12,9 @@ and ``broadcast_object_list`` of ``effect.to_dict()`` with
 ``effect_from_dict`` on the receiver (what v0.1 offered), both ending with
 the effects as values on every rank; and bare messages of the same sizes,
 each path's floor: one send (on gloo ``broadcast_effects`` sends its
-buffer, see ``docs/distributed.md``) and two broadcasts. The worker's clock runs from the common
-barrier until it holds the effects; medians (and the tenth percentile) over
-the rounds. Last, each path's Python work off the wire, in one process:
+buffer, see ``docs/distributed.md``) and two broadcasts. The worker's clock
+runs from the common barrier until it holds the effects; medians (and the
+tenth percentile) over the rounds. Last, each path's Python work off the wire, in one process:
 where the time goes.
 """
 

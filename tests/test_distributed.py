@@ -451,7 +451,7 @@ class Loud:
 def growth(rank: int, group: dist.ProcessGroup | None) -> dict[str, str]:
     """A step bigger than the buffer costs one more broadcast, once; then one per step again."""
     calls = {"broadcast": 0, "all_reduce": 0}
-    channel = _wire_channel._Channel  # its _send is the one place a step's broadcast is made
+    channel = _wire_channel._Channel  # its _send is the one place a step's message is made
     real_send, real_all_reduce = channel._send, dist.all_reduce
 
     def counted(name: str, call: Callable[P, R]) -> Callable[P, R]:

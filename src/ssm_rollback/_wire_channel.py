@@ -53,7 +53,7 @@ __all__ = [
 
 OK: Final = 0
 REFUSED: Final = 1
-#: Header flag (rule 3): the payload comes in a second broadcast, of a grown buffer.
+#: Header flag (rule 3): the payload comes in a second message, of a grown buffer.
 FOLLOWS: Final = 2
 HEADER: Final = 2  # status, length
 #: Where an int64's most significant byte sits among its eight bytes on this machine.
@@ -135,7 +135,7 @@ class _Channel:
         if root is None:  # checked before any collective: every rank refuses alike
             root = self._roots[src] = _group_rank(self._live_group(), src)
         payload = self._post(effects) if self._rank == src else []
-        # The sender decodes only once its broadcast is out. Decoding while the wire carries
+        # The sender decodes only once its message is out. Decoding while the wire carries
         # it would overlap nothing the workers wait on (they decode after receiving), and
         # where busy threads outnumber cores it slows the send itself (measured: the
         # workers' step took 14-17% longer on two cores).

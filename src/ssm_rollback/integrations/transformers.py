@@ -251,12 +251,17 @@ def _crop_plan(idx: int, layer: object, length: int) -> Callable[[], None] | Non
     )
 
 
-def _full_crop(idx: int, layer: DynamicLayer, length: int) -> Callable[[], None]:
-    held = DynamicLayer.get_seq_length(layer)
+def _check_within(idx: int, held: int, length: int) -> None:
+    """Refuse a ``length`` past the ``held`` tokens of layer ``idx``: a crop cannot grow it."""
     if length > held:
         raise InvalidArgumentError(
             f"'length' must be <= the cache's length {held} (layer {idx}), got {length}"
         )
+
+
+def _full_crop(idx: int, layer: DynamicLayer, length: int) -> Callable[[], None]:
+    held = DynamicLayer.get_seq_length(layer)
+    _check_within(idx, held, length)
     # A parallel attention + SSM layer's own crop also refuses to touch its SSM
     # part, so crop its attention as a DynamicLayer; an attention-only layer
     # crops itself (an indexed layer crops its indexer keys too).
@@ -277,10 +282,7 @@ def _linear_count_plan(idx: int, layer: object, length: int) -> Callable[[], Non
     if not isinstance(count, torch.Tensor):
         return None  # transformers < 5.25: the layer keeps no count
     held = int(count)
-    if length > held:
-        raise InvalidArgumentError(
-            f"'length' must be <= the cache's length {held} (layer {idx}), got {length}"
-        )
+    _check_within(idx, held, length)
 
     def set_count() -> None:
         count.fill_(length)  # in place: the tensor keeps its (static) address
@@ -301,10 +303,7 @@ def _both(first: Callable[[], None], then: Callable[[], None] | None) -> Callabl
 
 def _sliding_crop(idx: int, layer: DynamicSlidingWindowLayer, length: int) -> Callable[[], None]:
     total = layer.cumulative_length
-    if length > total:
-        raise InvalidArgumentError(
-            f"'length' must be <= the cache's length {total} (layer {idx}), got {length}"
-        )
+    _check_within(idx, total, length)
     held = DynamicLayer.get_seq_length(layer)
     dropped = total - held  # positions the window already let go
     first_needed = max(0, length - (layer.sliding_window - 1))
