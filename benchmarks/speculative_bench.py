@@ -39,7 +39,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig
 from transformers.utils import logging as hf_logging
 
 from ssm_rollback.integrations.transformers import speculative_generate  # isort: skip
-from ssm_rollback.integrations._stream import _Stream  # isort: skip
+from ssm_rollback.integrations._hf.stream import _Stream  # isort: skip
 from ssm_rollback.testing._tiny import tiny_config
 
 K = 4

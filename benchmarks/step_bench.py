@@ -56,7 +56,7 @@ from ssm_rollback import (
     snapshot_boundaries,
     snapshot_boundary_if_ssm,
 )
-from ssm_rollback._pool_base import PoolBase
+from ssm_rollback.pool._base import PoolBase
 
 ROWS = 1_024
 SLOTS = 8

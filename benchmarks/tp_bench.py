@@ -43,10 +43,10 @@ from ssm_rollback import (
     SaveBatch,
     SsmSnapshotRestore,
     SsmStateAccept,
-    _wire,
-    _wire_channel,
     effect_from_dict,
 )
+from ssm_rollback._tp import channel as _wire_channel
+from ssm_rollback._tp import wire as _wire
 from ssm_rollback.distributed import broadcast_effects
 
 ROWS = 1024

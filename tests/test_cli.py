@@ -57,7 +57,7 @@ def test_python_dash_m_runs_the_same_script() -> None:
 def test_demo_without_transformers_says_how_to_install_it(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setitem(sys.modules, "ssm_rollback._demo", None)  # import fails
+    monkeypatch.setitem(sys.modules, "ssm_rollback._apps.demo", None)  # import fails
     status, _ = run("demo")
     assert status == 1
     assert "pip install 'ssm-rollback[transformers]'" in capsys.readouterr().err

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import ssm_rollback._simulate
+import ssm_rollback._apps.simulate
 from ssm_rollback.cli import main
 from ssm_rollback.reserve import ENV_VAR, shipped_config
 
@@ -209,7 +209,7 @@ def no_replay(monkeypatch: pytest.MonkeyPatch) -> None:
     def replay(*args: object, **kwargs: object) -> None:
         raise AssertionError("the simulation ran before --plot was checked")
 
-    monkeypatch.setattr(ssm_rollback._simulate, "replay", replay)
+    monkeypatch.setattr(ssm_rollback._apps.simulate, "replay", replay)
 
 
 @pytest.mark.usefixtures("no_replay")

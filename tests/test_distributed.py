@@ -39,8 +39,6 @@ from ssm_rollback import (
     SsmSnapshotRestore,
     SsmSnapshotSave,
     SsmStateAccept,
-    _wire,
-    _wire_channel,
     apply_effects,
     commit_verified_batch,
     rollback_to_boundary,
@@ -48,6 +46,8 @@ from ssm_rollback import (
     snapshot_boundary_if_ssm,
 )
 from ssm_rollback import distributed as tp
+from ssm_rollback._tp import channel as _wire_channel
+from ssm_rollback._tp import wire as _wire
 from ssm_rollback.backends.torch import TorchSnapshotPool
 
 ROWS: Final = 32

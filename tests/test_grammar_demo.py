@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from ssm_rollback import InvalidArgumentError
-from ssm_rollback._grammar_demo import GrammarDemoOptions
-from ssm_rollback._grammar_demo._judge import Judge
-from ssm_rollback._grammar_demo._scan import leaves
-from ssm_rollback._grammar_demo._tool_call import (
+from ssm_rollback._apps.grammar_demo import GrammarDemoOptions
+from ssm_rollback._apps.grammar_demo._judge import Judge
+from ssm_rollback._apps.grammar_demo._scan import leaves
+from ssm_rollback._apps.grammar_demo._tool_call import (
     CITY_UNIT,
     TOOL_CALL_SCHEMA,
     Policy,
@@ -129,7 +129,7 @@ def test_the_judge_gives_up_after_its_retries_and_says_so() -> None:
 
 def test_the_banning_matcher_masks_refused_first_tokens_only_where_the_value_starts() -> None:
     pytest.importorskip("xgrammar")
-    from ssm_rollback._grammar_demo._bans import BanningMatcher
+    from ssm_rollback._apps.grammar_demo._bans import BanningMatcher
     from ssm_rollback.integrations.grammar import ByteTokenizer, allocate_token_bitmask
 
     tokenizer = ByteTokenizer()

@@ -42,7 +42,7 @@ from ssm_rollback.integrations.transformers import backtracking_generate
 from ssm_rollback.rollback import RollbackPlan
 from ssm_rollback.testing._tiny import tiny_config
 
-from ssm_rollback.integrations._grammar_step import RowGrammar  # isort: skip
+from ssm_rollback.integrations._grammar.step import RowGrammar  # isort: skip
 
 hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
 # Model code warns about slow reference kernels and the like: not our concern here.

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ssm_rollback import InvalidArgumentError
-from ssm_rollback._simulate import TraceEvent, read_trace, replay, synthetic_trace
+from ssm_rollback._apps.simulate import TraceEvent, read_trace, replay, synthetic_trace
 from ssm_rollback.cli import main, parse_size
 from ssm_rollback.reserve import ENV_VAR, shipped_config
 

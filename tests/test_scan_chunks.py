@@ -19,8 +19,8 @@ from transformers.utils import logging as hf_logging
 
 from ssm_rollback.integrations.transformers import backtracking_generate, speculative_generate
 
-from ssm_rollback.integrations._scan_chunks import ScanChunks  # isort: skip  (after the public module)
-from ssm_rollback.integrations._stream import _Stream  # isort: skip
+from ssm_rollback.integrations._hf.scan_chunks import ScanChunks  # isort: skip  (after the public module)
+from ssm_rollback.integrations._hf.stream import _Stream  # isort: skip
 from ssm_rollback.testing._tiny import tiny_config
 
 hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]

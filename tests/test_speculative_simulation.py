@@ -56,7 +56,7 @@ from ssm_rollback import (
     commit_verified_batch,
     rollback_to_boundary,
 )
-from ssm_rollback import _verify as verify_module
+from ssm_rollback._core import verify as verify_module
 from ssm_rollback.backends.fake import FakeSnapshotPool
 
 _PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")

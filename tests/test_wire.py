@@ -14,9 +14,9 @@ from ssm_rollback import (
     SsmSnapshotRestore,
     SsmSnapshotSave,
     SsmStateAccept,
-    _wire,
-    _wire_values,
 )
+from ssm_rollback._tp import wire as _wire
+from ssm_rollback._tp import wire_values as _wire_values
 
 ints = st.integers(0, 2**62)
 small = st.integers(0, 64)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-from ._batched import snapshot_boundaries
-from ._effects import (
+from ._core.boundaries import snapshot_boundaries
+from ._core.effect_dict import (
     Effect,
     SaveBatch,
     SsmSnapshotRestore,
@@ -16,6 +16,7 @@ from ._effects import (
     SsmStateAccept,
     effect_from_dict,
 )
+from ._core.ring import SsmDecodeRing, SsmRingEntry
 from ._errors import (
     InvalidArgumentError,
     InvariantError,
@@ -24,7 +25,6 @@ from ._errors import (
     StaleSnapshotError,
     UnknownSnapshotError,
 )
-from ._ring import SsmDecodeRing, SsmRingEntry
 from .pool import SaveOutcome, SlotTags, SnapshotPool, apply_effects
 from .rollback import (
     DeclineReason,

@@ -36,11 +36,12 @@ import attrs
 import torch
 import torch.distributed as dist
 
-from . import _wire, _wire_channel
-from ._effects import Effect
+from ._core.effect_dict import Effect
+from ._core.ring import SsmDecodeRing, SsmRingEntry
 from ._errors import InvalidArgumentError, InvariantError, check_non_negative_int
-from ._ring import SsmDecodeRing, SsmRingEntry
-from ._shard import shard_live_states, shard_of, shard_pool
+from ._tp import channel as _wire_channel
+from ._tp import wire as _wire
+from ._tp.shard import shard_live_states, shard_of, shard_pool
 from .pool import Rings, SaveOutcome, SnapshotPool, apply_effects
 
 __all__ = [

@@ -22,17 +22,17 @@ from collections.abc import Iterable, Sequence
 
 import attrs
 
-from ._batched import snapshot_boundaries
-from ._effects import SsmSnapshotRestore, SsmSnapshotSave, trusted_save
-from ._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int
-from ._ring import SsmDecodeRing
-from ._verify import (
+from ._core.boundaries import snapshot_boundaries
+from ._core.effect_dict import SsmSnapshotRestore, SsmSnapshotSave, trusted_save
+from ._core.ring import SsmDecodeRing
+from ._core.verify import (
     ReplaySegment,
     VerifyBatch,
     VerifyPlan,
     commit_verified,
     commit_verified_batch,
 )
+from ._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int
 
 __all__ = [
     "DeclineReason",

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import final
 
-from .._effects import SaveBatch, SsmSnapshotRestore, SsmSnapshotSave, SsmStateAccept
-from .._pool_base import PoolBase
+from .._core.effect_dict import SaveBatch, SsmSnapshotRestore, SsmSnapshotSave, SsmStateAccept
 from ..pool import SaveOutcome
+from ..pool._base import PoolBase
 
 __all__ = ["FakeSnapshotPool"]
 

@@ -23,10 +23,10 @@ from typing import final
 
 import torch
 
-from .._effects import SaveBatch, SsmSnapshotRestore, SsmSnapshotSave, SsmStateAccept
+from .._core.effect_dict import SaveBatch, SsmSnapshotRestore, SsmSnapshotSave, SsmStateAccept
 from .._errors import InvalidArgumentError, check_non_negative_int
-from .._pool_base import PoolBase
 from ..pool import SaveOutcome
+from ..pool._base import PoolBase
 from ._torch_checks import (
     SUPPORTED_DTYPES,
     check_intermediate_states,

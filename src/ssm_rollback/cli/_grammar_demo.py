@@ -7,11 +7,11 @@ import json
 import sys
 from typing import TYPE_CHECKING, Final, TextIO
 
-from .._grammar_demo import DEFAULT_CALLS, DEFAULT_MAX_TOKENS, ENGINES, GrammarDemoOptions
+from .._apps.grammar_demo import DEFAULT_CALLS, DEFAULT_MAX_TOKENS, ENGINES, GrammarDemoOptions
 from ._common import progress_bar
 
 if TYPE_CHECKING:
-    from .._grammar_demo._report import GrammarDemoReport
+    from .._apps.grammar_demo._report import GrammarDemoReport
 
 __all__ = ["run_grammar"]
 
@@ -37,7 +37,7 @@ def run_grammar(args: argparse.Namespace, out: TextIO, install_hint: str) -> int
     try:
         import transformers  # noqa: F401
 
-        from .._grammar_demo._run import run_grammar_demo
+        from .._apps.grammar_demo._run import run_grammar_demo
     except ImportError:
         print(install_hint, file=sys.stderr)
         return 1

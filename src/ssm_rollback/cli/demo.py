@@ -12,7 +12,7 @@ import json
 import sys
 from typing import Final, TextIO
 
-from .._grammar_demo import DEFAULT_CALLS, DEFAULT_MAX_TOKENS, ENGINES, MAX_CALLS
+from .._apps.grammar_demo import DEFAULT_CALLS, DEFAULT_MAX_TOKENS, ENGINES, MAX_CALLS
 from ..testing._model_types import DEMO_MODEL_TYPES
 from ._common import FlagError, int_flag, progress_bar
 from ._grammar_demo import run_grammar
@@ -108,7 +108,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         if value is not None:
             raise FlagError(flag, "only with --grammar")
     try:
-        from .._demo import DemoOptions, run_demo
+        from .._apps.demo import DemoOptions, run_demo
     except ImportError:
         print(_INSTALL_HINT, file=sys.stderr)
         return 1

@@ -9,13 +9,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, TextIO
 
+from .._apps.simulate import MAX_SPEC_TOKENS
 from .._errors import InvalidArgumentError
-from .._simulate import MAX_SPEC_TOKENS
 from ._common import FlagError, human, int_flag, one_line, progress_bar, rate_flag
 from ._model import MODEL_FLAGS, add_model_arguments, load_spec
 
 if TYPE_CHECKING:
-    from .._simulate import DepthResult, TraceEvent
+    from .._apps.simulate import DepthResult, TraceEvent
 
 __all__ = ["DEFAULT_ACCEPT_RATE", "MAX_EVENTS", "add_parser", "run"]
 
@@ -95,7 +95,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
-    from .._simulate import replay
+    from .._apps.simulate import replay
 
     if args.plot is not None:
         _check_plot(args.plot)
@@ -202,7 +202,7 @@ def _check_speculation(args: argparse.Namespace) -> None:
 
 
 def _events(args: argparse.Namespace) -> tuple[list[TraceEvent], str]:
-    from .._simulate import read_trace, synthetic_trace
+    from .._apps.simulate import read_trace, synthetic_trace
 
     if args.trace is not None:
         try:

@@ -24,10 +24,10 @@ Needs ``torch`` and, for the adapters, ``xgrammar`` or ``llguidance`` (the
 
 from __future__ import annotations
 
-from ._bitmask import allocate_token_bitmask, apply_token_bitmask
-from ._byte_tokenizer import ByteTokenizer, json_schema_matchers
-from ._grammar_matchers import GrammarMatcher, LLGuidanceMatcher, XGrammarMatcher
-from ._grammar_rollback import CropPlanner, MatcherDeclined, rollback_with_grammar
+from ._grammar.bitmask import allocate_token_bitmask, apply_token_bitmask
+from ._grammar.byte_tokenizer import ByteTokenizer, json_schema_matchers
+from ._grammar.matchers import GrammarMatcher, LLGuidanceMatcher, XGrammarMatcher
+from ._grammar.rollback import CropPlanner, MatcherDeclined, rollback_with_grammar
 
 __all__ = [
     "ByteTokenizer",

@@ -7,9 +7,9 @@ from typing import ClassVar, Generic, TypeVar
 
 import pytest
 
-from ssm_rollback._effects import SsmSnapshotRestore, SsmSnapshotSave, SsmStateAccept
+from ssm_rollback._core.effect_dict import SsmSnapshotRestore, SsmSnapshotSave, SsmStateAccept
+from ssm_rollback._core.ring import SsmDecodeRing
 from ssm_rollback._errors import InvalidArgumentError, StaleSnapshotError
-from ssm_rollback._ring import SsmDecodeRing
 from ssm_rollback.pool import SaveOutcome, SnapshotPool, apply_effects
 
 __all__ = ["PoolAdapter", "SnapshotPoolConformance"]

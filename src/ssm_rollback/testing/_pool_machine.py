@@ -9,7 +9,7 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from ssm_rollback._effects import SsmSnapshotRestore, SsmSnapshotSave, SsmStateAccept
+from ssm_rollback._core.effect_dict import SsmSnapshotRestore, SsmSnapshotSave, SsmStateAccept
 from ssm_rollback._errors import StaleSnapshotError
 from ssm_rollback.pool import SnapshotPool, apply_effects
 

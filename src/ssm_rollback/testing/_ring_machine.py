@@ -13,8 +13,8 @@ from hypothesis.stateful import (
     rule,
 )
 
+from ssm_rollback._core.ring import SsmDecodeRing, SsmRingEntry
 from ssm_rollback._errors import InvalidArgumentError, OutOfOrderError, UnknownSnapshotError
-from ssm_rollback._ring import SsmDecodeRing, SsmRingEntry
 
 from ._reference import ReferenceRing
 

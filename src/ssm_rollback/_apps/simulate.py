@@ -1,0 +1,377 @@
+"""Replay a decode trace through the real ring and rollback code at several ring depths.
+
+A trace is a list of events per sequence: a generated token (maybe a
+boundary, maybe inside a thinking span), a rollback that wants to go back
+``back`` boundaries, or the sequence finishing (its row is reused). At each
+depth the same trace runs through ``SsmDecodeRing``,
+``snapshot_boundary_if_ssm`` and ``rollback_to_boundary``; a rollback is
+*served* when a snapshot exists for it, and otherwise the scheduler
+recomputes the kept prefix from the prompt (its tokens are counted).
+
+A speculative trace (SPEC 9) also has ``verify`` events: the tokens since
+the sequence's previous one were committed by one verify step that fed
+``drafts`` drafts and accepted ``accepted`` of them (plus the bonus token).
+Its boundaries are recorded through ``commit_verified`` then, in a burst;
+the first token of a sequence, and the first after a rollback, is sampled
+on its own and fed first in the next verify step. A rollback is noticed
+only when its step ends, so the boundaries the step committed after the
+token that triggered it hold ring slots too: ``synthetic_trace`` counts
+them into the rollback's ``back``.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Final, Literal
+
+import attrs
+
+from .._core.ring import SsmDecodeRing
+from .._errors import InvalidArgumentError
+from ..rollback import (
+    RollbackPlan,
+    commit_verified,
+    rollback_to_boundary,
+    snapshot_boundary_if_ssm,
+)
+
+__all__ = [
+    "MAX_SPEC_TOKENS",
+    "DepthResult",
+    "TraceEvent",
+    "read_trace",
+    "replay",
+    "synthetic_trace",
+]
+
+EventKind = Literal["token", "rollback", "finish", "verify"]
+
+#: The most drafts a synthetic verify step feeds (engines use a handful).
+MAX_SPEC_TOKENS: Final = 64
+
+
+@attrs.frozen
+class TraceEvent:
+    """One event of a decode trace.
+
+    ``verify`` events (speculative traces only) commit the sequence's token
+    events since its previous ``verify``: ``accepted + 1`` of them, out of
+    ``drafts`` drafts fed.
+    """
+
+    seq: int
+    kind: EventKind
+    boundary: bool = False
+    thinking: bool = False
+    back: int = 1
+    drafts: int = 0
+    accepted: int = 0
+
+
+@attrs.define
+class DepthResult:
+    """What one ring depth did with the trace."""
+
+    depth: int
+    rollbacks: int = 0
+    served: int = 0
+    declined: int = 0
+    tokens_regenerated: int = 0
+    tokens_recomputed: int = 0
+
+    @property
+    def served_fraction(self) -> float:
+        """Served rollbacks over all rollbacks that had a boundary to go to (1.0 if none)."""
+        return self.served / self.rollbacks if self.rollbacks else 1.0
+
+
+def synthetic_trace(
+    *,
+    sequences: int,
+    tokens: int,
+    boundary_rate: float,
+    rollback_rate: float,
+    back: int,
+    thinking_rate: float = 0.0,
+    seed: int = 0,
+    spec_tokens: int = 0,
+    accept_rate: float = 0.7,
+) -> list[TraceEvent]:
+    """A random trace: each token is a boundary with ``boundary_rate``; a rollback follows a
+    token with ``rollback_rate`` and wants 1 to ``back`` boundaries back.
+
+    With ``spec_tokens`` (``K``) the tokens come in verify steps: each step
+    commits ``1 + n`` tokens, ``n`` the drafts accepted of ``K``, each
+    accepted with ``accept_rate`` until the first rejection. A rollback that
+    a token of a step triggers happens after the step and also goes back
+    over the boundaries the step committed after that token."""
+    for name, rate in (
+        ("boundary_rate", boundary_rate),
+        ("rollback_rate", rollback_rate),
+        ("thinking_rate", thinking_rate),
+        ("accept_rate", accept_rate),
+    ):
+        if not 0.0 <= rate <= 1.0:
+            raise InvalidArgumentError(f"'{name}' must be in [0, 1], got {rate}")
+    if back < 1:
+        raise InvalidArgumentError(f"'back' must be an int >= 1, got {back}")
+    if not 0 <= spec_tokens <= MAX_SPEC_TOKENS:
+        raise InvalidArgumentError(
+            f"'spec_tokens' must be an int from 0 (no speculation) to {MAX_SPEC_TOKENS}, "
+            f"got {spec_tokens}"
+        )
+    rng = random.Random(seed)
+    events: list[TraceEvent] = []
+    for seq in range(sequences):
+        thinking_left = 0
+
+        def token(seq: int = seq) -> TraceEvent:
+            nonlocal thinking_left
+            if thinking_left == 0 and rng.random() < thinking_rate:
+                thinking_left = rng.randint(5, 50)
+            thinking = thinking_left > 0
+            thinking_left = max(0, thinking_left - 1)
+            return TraceEvent(seq, "token", rng.random() < boundary_rate, thinking)
+
+        if spec_tokens:
+            _verify_steps(
+                events, seq, token, rng, tokens, rollback_rate, back, spec_tokens, accept_rate
+            )
+        else:
+            for _ in range(tokens):
+                events.append(token())
+                if rng.random() < rollback_rate:
+                    events.append(TraceEvent(seq, "rollback", back=rng.randint(1, back)))
+        events.append(TraceEvent(seq, "finish"))
+    return events
+
+
+def _verify_steps(
+    events: list[TraceEvent],
+    seq: int,
+    token: Callable[[], TraceEvent],
+    rng: random.Random,
+    tokens: int,
+    rollback_rate: float,
+    back: int,
+    spec_tokens: int,
+    accept_rate: float,
+) -> None:
+    """One sequence's ``tokens`` tokens as verify steps, each followed by its rollback if any."""
+    left, sampled = tokens, False
+    while left > 0:
+        if not sampled:  # the first token, or the first after a rollback: sampled alone
+            step = [token()]
+        else:
+            accepted = 0
+            while accepted < spec_tokens and rng.random() < accept_rate:
+                accepted += 1
+            step = [token() for _ in range(1 + min(accepted, left - 1))]
+        events.extend(step)
+        if sampled:
+            events.append(TraceEvent(seq, "verify", drafts=spec_tokens, accepted=len(step) - 1))
+        left -= len(step)
+        sampled = True
+        trigger = next((i for i in range(len(step)) if rng.random() < rollback_rate), None)
+        if trigger is not None:
+            overrun = sum(event.boundary for event in step[trigger + 1 :])
+            events.append(TraceEvent(seq, "rollback", back=rng.randint(1, back) + overrun))
+            sampled = False
+
+
+def read_trace(path: str | Path) -> list[TraceEvent]:
+    """Read a JSONL trace: one object per line with ``seq`` and ``event`` (see docs).
+
+    Errors start with the file (and line): the caller knows which flag named it.
+    """
+    try:
+        data = Path(path).read_bytes()
+    except (OSError, ValueError) as error:  # ValueError: a NUL in the path
+        reason = error.strerror if isinstance(error, OSError) else error
+        raise InvalidArgumentError(f"{path}: not a readable file: {reason}") from None
+    try:
+        lines = data.decode("utf-8").splitlines()
+    except UnicodeDecodeError as error:
+        raise InvalidArgumentError(
+            f"{path}: not UTF-8 text (byte {error.start}: {error.reason})"
+        ) from None
+    events = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        events.append(_event(line, f"{path}:{number}"))
+    return events
+
+
+# The keys each kind of event may have; anything else is a typo that would otherwise be
+# read as the default (a misspelt "boundary" silently makes every token a non-boundary).
+_KEYS: Final[Mapping[EventKind, frozenset[str]]] = {
+    "token": frozenset({"seq", "event", "boundary", "thinking"}),
+    "rollback": frozenset({"seq", "event", "back"}),
+    "finish": frozenset({"seq", "event"}),
+}
+
+
+def _event(line: str, where: str) -> TraceEvent:
+    try:
+        data = json.loads(line)
+    except (ValueError, RecursionError) as error:  # ValueError: also too many digits
+        raise InvalidArgumentError(f"{where}: a trace line must be JSON: {error}") from None
+    if not isinstance(data, dict):
+        raise InvalidArgumentError(f"{where}: a trace line must be a JSON object, got {line!r}")
+    given: object = data.get("event")
+    kind = next((known for known in _KEYS if known == given), None)
+    if kind is None:
+        raise InvalidArgumentError(
+            f"{where}: 'event' must be 'token', 'rollback' or 'finish', got {given!r}"
+        )
+    unknown = sorted(set(data) - _KEYS[kind])
+    if unknown:
+        raise InvalidArgumentError(
+            f"{where}: a {kind!r} event has only the keys {', '.join(sorted(_KEYS[kind]))}; "
+            f"got {', '.join(map(repr, unknown))}"
+        )
+    if "seq" not in data:
+        raise InvalidArgumentError(f"{where}: a trace event needs a 'seq' key, got {line!r}")
+    seq = data["seq"]
+    back = data.get("back", 1)
+    for name, value, least in (("seq", seq, 0), ("back", back, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise InvalidArgumentError(
+                f"{where}: '{name}' must be an int >= {least}, got {value!r}"
+            )
+    flags = {name: data.get(name, False) for name in ("boundary", "thinking")}
+    for name, flag in flags.items():
+        if not isinstance(flag, bool):
+            raise InvalidArgumentError(f"{where}: '{name}' must be true or false, got {flag!r}")
+    return TraceEvent(seq, kind, flags["boundary"], flags["thinking"], back)
+
+
+@attrs.define
+class _Sequence:
+    ring: SsmDecodeRing
+    length: int = 0
+    boundaries: list[int] = attrs.field(factory=list)
+    # Speculative traces: the flags (boundary, thinking) of the last committed token,
+    # which the next verify step feeds first (None: the next token is sampled alone),
+    # and the token events the next verify event commits.
+    unfed: tuple[bool, bool] | None = None
+    pending: list[TraceEvent] = attrs.field(factory=list)
+
+
+def replay(
+    events: Sequence[TraceEvent], depth: int, progress: Callable[[int], None] | None = None
+) -> DepthResult:
+    """Run ``events`` through rings of ``depth`` slots; ``progress(events_done)`` now and then.
+
+    A trace with ``verify`` events is speculative: its tokens reach the ring
+    through ``commit_verified``, one verify step at a time.
+    """
+    result = DepthResult(depth)
+    speculative = any(event.kind == "verify" for event in events)
+    sequences: dict[int, _Sequence] = {}
+    for done, event in enumerate(events, start=1):
+        state = sequences.get(event.seq)
+        if state is None:
+            state = sequences[event.seq] = _Sequence(SsmDecodeRing(depth))
+        if event.kind == "token":
+            if speculative:
+                _hold(state, event)
+            else:
+                _commit_token(state, event)
+        elif event.kind == "verify":
+            _verify(state, event, done - 1)
+        elif event.kind == "rollback":
+            if state.pending:
+                raise InvalidArgumentError(
+                    f"'events[{done - 1}]' rolls seq {event.seq} back in the middle of a "
+                    f"verify step: {len(state.pending)} tokens await their verify event"
+                )
+            _roll_back(state, event, result)
+            state.unfed = None
+        else:
+            sequences[event.seq] = _Sequence(SsmDecodeRing(depth))
+        if progress is not None and done % 4096 == 0:
+            progress(done)
+    if progress is not None:
+        progress(len(events))
+    return result
+
+
+def _commit_token(state: _Sequence, event: TraceEvent) -> None:
+    """Plain decoding: commit one token and snapshot it if it is a boundary."""
+    state.length += 1
+    if event.boundary:
+        state.boundaries.append(state.length)
+    snapshot_boundary_if_ssm(
+        state.ring,
+        seq=event.seq,
+        token_position=state.length,
+        is_boundary=event.boundary,
+        in_thinking=event.thinking,
+    )
+
+
+def _hold(state: _Sequence, event: TraceEvent) -> None:
+    """Speculative decoding: a token sampled alone is committed now; others await a verify."""
+    if state.unfed is not None:
+        state.pending.append(event)
+        return
+    state.length += 1  # its state exists only once the next verify step has fed it
+    if event.boundary:
+        state.boundaries.append(state.length)
+    state.unfed = (event.boundary, event.thinking)
+
+
+def _verify(state: _Sequence, event: TraceEvent, index: int) -> None:
+    """Commit a verify step: the last committed token, the accepted drafts and the bonus."""
+    pending, accepted = state.pending, event.accepted
+    if state.unfed is None or len(pending) != accepted + 1 or event.drafts < accepted:
+        raise InvalidArgumentError(
+            f"'events[{index}]' must follow the {accepted} accepted drafts and the bonus token "
+            f"of seq {event.seq}'s verify step, after a token fed first, with accepted <= "
+            f"drafts; got {len(pending)} tokens, drafts {event.drafts}"
+        )
+    # The rejected drafts are fed as boundaries outside thinking, the worst case for a
+    # ring that recorded before acceptance: commit_verified must leave them out (rule 1).
+    rejected = event.drafts - accepted
+    fed = [state.unfed, *((e.boundary, e.thinking) for e in pending[:accepted])]
+    commit_verified(
+        state.ring,
+        seq=event.seq,
+        first_position=state.length,
+        accepted=accepted,
+        is_boundary=[b for b, _ in fed] + [True] * rejected,
+        in_thinking=[t for _, t in fed] + [False] * rejected,
+    )
+    for committed in pending:
+        state.length += 1
+        if committed.boundary:
+            state.boundaries.append(state.length)
+    state.unfed = (pending[-1].boundary, pending[-1].thinking)
+    pending.clear()
+
+
+def _roll_back(state: _Sequence, event: TraceEvent, result: DepthResult) -> None:
+    if not state.boundaries:
+        return  # nowhere to go back to, at any depth
+    target = state.boundaries[-min(event.back, len(state.boundaries))]
+    result.rollbacks += 1
+    plan = rollback_to_boundary(
+        state.ring, state.boundaries, seq=event.seq, current_len=state.length, at_most=target
+    )
+    if isinstance(plan, RollbackPlan):
+        result.served += 1
+        keep = plan.keep_len
+    else:  # recompute the prefix from the prompt, then carry on from the target
+        result.declined += 1
+        keep = target
+        result.tokens_recomputed += keep
+        state.ring.truncate_after(keep)
+    result.tokens_regenerated += state.length - keep
+    state.length = keep
+    while state.boundaries and state.boundaries[-1] > keep:
+        state.boundaries.pop()

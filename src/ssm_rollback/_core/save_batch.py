@@ -1,0 +1,130 @@
+"""``SaveBatch``: one step's saves as columns, so no value is built per row."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import ClassVar, Final
+
+import attrs
+
+from .._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int
+from .effects import SsmSnapshotSave, trusted_save
+
+__all__ = ["COLUMNS", "LIVE", "SaveBatch", "int_column"]
+
+COLUMNS: Final = ("seqs", "slots", "positions", "tickets")
+
+#: In a ``sources`` column: the row's live state (``source=None`` of a single save).
+LIVE: Final = -1
+
+
+def int_column(name: str, values: object, *, least: int = 0) -> tuple[int, ...]:
+    """``values`` as a tuple of ints ``>= least``; anything else raises naming ``name[i]``."""
+    if hasattr(values, "tolist"):  # a numpy array or a CPU torch tensor, without importing either
+        values = values.tolist()
+    if isinstance(values, str | bytes | Mapping) or not isinstance(values, Iterable):
+        raise InvalidArgumentTypeError(
+            f"'{name}' must be a sequence of ints >= {least}, got {type(values).__name__}"
+        )
+    column = tuple(values)
+    # C-speed checks first; the element loop runs only to name a bad one.
+    if column and (set(map(type, column)) != {int} or min(column) < least):
+        for i, value in enumerate(column):
+            if least < 0 and value == LIVE and type(value) is int:
+                continue
+            check_non_negative_int(f"{name}[{i}]", value)
+    return column
+
+
+@attrs.frozen(init=False)
+class SaveBatch:
+    """One step's saves as a structure of arrays: ``seqs``, ``slots``, ``positions``, ``tickets``.
+
+    ``snapshot_boundaries`` and ``commit_verified_batch`` return one; every
+    pool's ``save`` and ``apply_effects`` take it wherever they take a
+    sequence of saves, without building a value per row. ``sources`` is
+    ``None`` when every row saves its live state, else one int per row: an
+    intermediate index, or ``LIVE`` (-1). ``len``, indexing and iteration
+    give the rows as ``SsmSnapshotSave`` values.
+    """
+
+    seqs: tuple[int, ...]
+    slots: tuple[int, ...]
+    positions: tuple[int, ...]
+    tickets: tuple[int, ...]
+    sources: tuple[int, ...] | None
+
+    kind: ClassVar[str] = "save_batch"
+
+    def __init__(
+        self,
+        seqs: Iterable[int],
+        slots: Iterable[int],
+        positions: Iterable[int],
+        tickets: Iterable[int],
+        sources: Iterable[int] | None = None,
+    ) -> None:
+        given = (seqs, slots, positions, tickets)
+        columns = [int_column(name, v) for name, v in zip(COLUMNS, given, strict=True)]
+        lengths = {name: len(c) for name, c in zip(COLUMNS, columns, strict=True)}
+        source_column = None if sources is None else int_column("sources", sources, least=LIVE)
+        if source_column is not None:
+            lengths["sources"] = len(source_column)
+        if len(set(lengths.values())) > 1:
+            raise InvalidArgumentError(f"the columns must have one length, got {lengths}")
+        seq_column, slot_column, position_column, ticket_column = columns
+        self.__attrs_init__(seq_column, slot_column, position_column, ticket_column, source_column)
+
+    @classmethod
+    def _trusted(
+        cls,
+        seqs: Sequence[int],
+        slots: Sequence[int],
+        positions: Sequence[int],
+        tickets: Sequence[int],
+        sources: list[int] | None = None,
+    ) -> SaveBatch:
+        """A batch from columns the library built from values it already checked."""
+        batch = object.__new__(cls)
+        batch.__attrs_init__(
+            tuple(seqs),
+            tuple(slots),
+            tuple(positions),
+            tuple(tickets),
+            None if sources is None or set(sources) <= {LIVE} else tuple(sources),
+        )
+        return batch
+
+    def __len__(self) -> int:
+        return len(self.seqs)
+
+    def source(self, index: int) -> int | None:
+        """Row ``index``'s source: ``None`` (live) or an intermediate index."""
+        if self.sources is None:
+            return None
+        source = self.sources[index]
+        return None if source == LIVE else source
+
+    def __getitem__(self, index: int) -> SsmSnapshotSave:
+        return trusted_save(
+            self.seqs[index],
+            self.slots[index],
+            self.positions[index],
+            self.tickets[index],
+            self.source(index),
+        )
+
+    def __iter__(self) -> Iterator[SsmSnapshotSave]:
+        for index in range(len(self.seqs)):
+            yield self[index]
+
+    def to_dict(self) -> dict[str, str | list[int] | None]:
+        """A plain dict (``"kind"`` and one list per column) for ``effect_from_dict``."""
+        return {
+            "kind": self.kind,
+            "seqs": list(self.seqs),
+            "slots": list(self.slots),
+            "positions": list(self.positions),
+            "tickets": list(self.tickets),
+            "sources": None if self.sources is None else list(self.sources),
+        }

@@ -1,0 +1,314 @@
+"""Verify steps of speculative decoding: publish snapshots only after acceptance (SPEC 9).
+
+A row whose last committed token is at output length ``L`` feeds that token
+and ``k`` drafts through the model in one forward pass; the target accepts
+``n`` of the drafts. Intermediate index ``j`` (``0..k``) is the state after
+``L + j`` tokens. The rules, which ``commit_verified`` enforces:
+
+1. **Publish after acceptance.** Only positions ``L..L+n`` can reach the
+   ring; a rejected draft never does.
+2. **Own state.** A boundary among them (outside thinking) gets a save whose
+   ``source`` is its own intermediate index, never the step's end.
+3. **Live state.** The plan's ``SsmStateAccept(seq, n)`` makes the state
+   after ``L + n`` tokens live.
+
+Engines without intermediate buffers use the plan's replay form instead:
+restore the state after ``L - 1`` tokens (their checkpoint from before the
+verify forward) and feed the accepted tokens again, segment by segment,
+saving the live state at the end of each segment that ends on a boundary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import attrs
+
+from .._errors import InvalidArgumentError, InvalidArgumentTypeError, OutOfOrderError
+from .effects import SsmSnapshotSave, SsmStateAccept, trusted_save
+from .ring import SsmDecodeRing
+from .save_batch import LIVE, SaveBatch
+
+__all__ = ["ReplaySegment", "VerifyBatch", "VerifyPlan", "commit_verified", "commit_verified_batch"]
+
+
+@attrs.frozen
+class ReplaySegment:
+    """Feed the accepted tokens up to output length ``through``, then apply ``save`` (if any)."""
+
+    through: int
+    save: SsmSnapshotSave | None
+
+
+@attrs.frozen
+class VerifyPlan:
+    """What one row's verify step commits, in both engine styles.
+
+    Intermediate buffers: apply ``effects`` (the accept, then the saves, each
+    reading its own intermediate index). Replay: restore the state after
+    ``checkpoint_position`` tokens and feed ``replay`` segment by segment;
+    when ``replay_needed`` is false the live state is already right and the
+    segments' saves (all at the last position) can be applied as they are.
+    """
+
+    seq: int
+    first_position: int
+    fed: int
+    accepted: int
+    effects: tuple[SsmStateAccept | SsmSnapshotSave, ...]
+    replay: tuple[ReplaySegment, ...]
+
+    @property
+    def checkpoint_position(self) -> int:
+        """The state a replay starts from: after ``first_position - 1`` tokens."""
+        return self.first_position - 1
+
+    @property
+    def saves(self) -> tuple[SsmSnapshotSave, ...]:
+        """The intermediate-sourced saves of ``effects``."""
+        return tuple(e for e in self.effects if isinstance(e, SsmSnapshotSave))
+
+    @property
+    def end_position(self) -> int:
+        """The output length the live state stands at after the step: ``L + n``."""
+        return self.first_position + self.accepted
+
+    @property
+    def replay_needed(self) -> bool:
+        """Whether a replay engine must restore and re-feed (drafts rejected, or a mid-run save)."""
+        if self.accepted < self.fed - 1:
+            return True
+        return any(s.token_position < self.end_position for s in self.saves)
+
+
+@attrs.frozen
+class VerifyBatch:
+    """A verify step for many rows: ``saves`` (one ``SaveBatch``), ``accepts``, and each plan."""
+
+    saves: SaveBatch
+    accepts: tuple[SsmStateAccept, ...]
+    plans: tuple[VerifyPlan, ...]
+
+    @property
+    def effects(self) -> tuple[SaveBatch | SsmStateAccept, ...]:
+        """Everything to hand ``apply_effects`` for the intermediate-buffer style."""
+        return (self.saves, *self.accepts)
+
+
+def _flags(name: str, values: object, count: int) -> list[bool]:
+    if hasattr(values, "tolist"):
+        values = values.tolist()
+    if isinstance(values, str | bytes | Mapping) or not isinstance(values, Sequence):
+        raise InvalidArgumentTypeError(
+            f"'{name}' must be a sequence of bools, one per fed token, got {type(values).__name__}"
+        )
+    if len(values) != count:
+        raise InvalidArgumentError(
+            f"'{name}' must have one flag per fed token ({count}), got {len(values)}"
+        )
+    for i, value in enumerate(values):
+        if type(value) is not bool and not (type(value) is int and value in (0, 1)):
+            raise InvalidArgumentTypeError(
+                f"'{name}[{i}]' must be a bool (or 0 or 1), got {value!r} of type "
+                f"{type(value).__name__}"
+            )
+    return [bool(v) for v in values]
+
+
+def _int(name: str, value: object, least: int) -> int:
+    if type(value) is not int or value < least:
+        kind = "an int" if type(value) is not int else f"an int >= {least}"
+        raise (InvalidArgumentTypeError if type(value) is not int else InvalidArgumentError)(
+            f"'{name}' must be {kind}, got {value!r}"
+        )
+    return value
+
+
+@attrs.frozen
+class _Checked:
+    """One row's verify step, checked and ready to record."""
+
+    ring: SsmDecodeRing
+    seq: int
+    first: int
+    accepted: int
+    fed: int
+    boundaries: list[int]  # intermediate indices 0..accepted that record
+
+
+def _check_row(
+    ring: object,
+    index: str | None,
+    seq: object,
+    first_position: object,
+    accepted: object,
+    is_boundary: object,
+    in_thinking: object,
+) -> _Checked:
+    def name(single: str, column: str) -> str:
+        return single if index is None else f"{column}{index}"
+
+    if type(ring) is not SsmDecodeRing:
+        raise InvalidArgumentTypeError(
+            f"'{name('ring', f'rings[{seq!r}] for rows')}' must be an SsmDecodeRing, got "
+            f"{ring!r} of type {type(ring).__name__}"
+        )
+    row = _int(name("seq", "rows"), seq, 0)
+    first = _int(name("first_position", "first_positions"), first_position, 1)
+    count = len(is_boundary) if isinstance(is_boundary, Sequence) else -1
+    if hasattr(is_boundary, "tolist"):
+        count = len(is_boundary.tolist())
+    if count < 1:
+        raise InvalidArgumentError(
+            f"'{name('is_boundary', 'is_boundary')}' must have one flag per fed token "
+            f"(at least one), got {is_boundary!r}"
+        )
+    boundary = _flags(name("is_boundary", "is_boundary"), is_boundary, count)
+    thinking = _flags(name("in_thinking", "in_thinking"), in_thinking, count)
+    n = _int(name("accepted", "accepted"), accepted, 0)
+    if n > count - 1:
+        raise InvalidArgumentError(
+            f"'{name('accepted', 'accepted')}' must be at most the {count - 1} drafts fed, got {n}"
+        )
+    chosen = [j for j in range(n + 1) if boundary[j] and not thinking[j]]
+    newest = ring._newest_position()
+    if chosen and ring.is_enabled and first + chosen[0] <= newest:
+        raise OutOfOrderError(
+            f"'{name('first_position', 'first_positions')}' {first} puts a boundary at "
+            f"{first + chosen[0]}, not after the newest live snapshot {newest}; "
+            f"truncate_after() the ring after a rollback"
+        )
+    return _Checked(ring, row, first, n, count, chosen)
+
+
+def _commit(checked: _Checked) -> VerifyPlan:
+    """Record the checked row's accepted boundaries and build its plan (rules 1-3)."""
+    ring, seq = checked.ring, checked.seq
+    recorded: list[tuple[int, int, int, int]] = []  # (position, slot, ticket, source)
+    for j in checked.boundaries:
+        position = checked.first + j
+        minted = ring._record(position)
+        if minted is None:  # a disabled ring records nothing
+            break
+        recorded.append((position, *minted, j))
+    # A step that accepts more boundaries than the ring has slots evicts its own
+    # early ones: only the entries still live get a save (one per slot).
+    live = {
+        (position, ticket)
+        for position, _, ticket, _ in recorded
+        if (entry := ring.entry_for(position)) is not None and entry.ticket == ticket
+    }
+    saves: list[SsmSnapshotSave] = []
+    replay: list[ReplaySegment] = []
+    for position, slot, ticket, j in recorded:
+        if (position, ticket) in live:
+            saves.append(trusted_save(seq, slot, position, ticket, j))
+            replay.append(ReplaySegment(position, trusted_save(seq, slot, position, ticket)))
+    end = checked.first + checked.accepted
+    if not replay or replay[-1].through < end:
+        replay.append(ReplaySegment(end, None))
+    accept = SsmStateAccept(checked.seq, checked.accepted)
+    return VerifyPlan(
+        checked.seq,
+        checked.first,
+        checked.fed,
+        checked.accepted,
+        (accept, *saves),
+        tuple(replay),
+    )
+
+
+def commit_verified(
+    ring: SsmDecodeRing,
+    *,
+    seq: int,
+    first_position: int,
+    accepted: int,
+    is_boundary: Sequence[bool],
+    in_thinking: Sequence[bool],
+) -> VerifyPlan:
+    """Commit one row's verify step: record its accepted boundaries, plan the copies.
+
+    ``first_position`` is ``L``, the output length of the last committed
+    token (fed first); ``is_boundary[j]`` and ``in_thinking[j]`` describe the
+    token at position ``L + j`` for every fed token (``k + 1`` of them);
+    ``accepted`` is ``n``, the drafts the target accepted. Everything is
+    checked before the ring changes.
+    """
+    return _commit(_check_row(ring, None, seq, first_position, accepted, is_boundary, in_thinking))
+
+
+def commit_verified_batch(
+    rings: Sequence[SsmDecodeRing] | Mapping[int, SsmDecodeRing],
+    *,
+    first_positions: Sequence[int],
+    accepted: Sequence[int],
+    is_boundary: Sequence[Sequence[bool]],
+    in_thinking: Sequence[Sequence[bool]],
+    rows: Sequence[int] | None = None,
+) -> VerifyBatch:
+    """``commit_verified`` for every row of a verify step; rows may feed different draft counts.
+
+    Element ``r`` of each argument belongs to row ``rows[r]`` (default
+    ``0..n-1``), whose ring is ``rings[rows[r]]``. Every row is checked
+    before any ring changes; a bad one raises naming its index.
+    """
+    columns = {
+        "first_positions": _as_list("first_positions", first_positions),
+        "accepted": _as_list("accepted", accepted),
+        "is_boundary": _as_list("is_boundary", is_boundary),
+        "in_thinking": _as_list("in_thinking", in_thinking),
+    }
+    count = len(columns["first_positions"])
+    row_list = (
+        list(range(count))
+        if rows is None
+        else [_int(f"rows[{r}]", v, 0) for r, v in enumerate(_as_list("rows", rows))]
+    )
+    columns["rows"] = list(row_list)
+    lengths = {name: len(values) for name, values in columns.items()}
+    if len(set(lengths.values())) > 1:
+        raise InvalidArgumentError(f"the step's columns must have one length, got {lengths}")
+    if len(set(row_list)) != count:
+        raise InvalidArgumentError(f"'rows' must name each row once, got {row_list}")
+    checked = []
+    for r in range(count):
+        row = row_list[r]
+        try:
+            ring = rings[row]
+        except (IndexError, KeyError):
+            raise InvalidArgumentError(
+                f"'rings' must hold a ring for every row, got none for row {row!r} (rows[{r}])"
+            ) from None
+        checked.append(
+            _check_row(
+                ring,
+                f"[{r}]",
+                row,
+                columns["first_positions"][r],
+                columns["accepted"][r],
+                columns["is_boundary"][r],
+                columns["in_thinking"][r],
+            )
+        )
+    plans = tuple(_commit(c) for c in checked)
+    saves = [save for plan in plans for save in plan.saves]
+    batch = SaveBatch._trusted(
+        [s.seq for s in saves],
+        [s.slot for s in saves],
+        [s.token_position for s in saves],
+        [s.ticket for s in saves],
+        [LIVE if s.source is None else s.source for s in saves],
+    )
+    accepts = tuple(SsmStateAccept(plan.seq, plan.accepted) for plan in plans)
+    return VerifyBatch(batch, accepts, plans)
+
+
+def _as_list(name: str, values: object) -> list[object]:
+    if hasattr(values, "tolist"):
+        values = values.tolist()
+    if isinstance(values, str | bytes | Mapping) or not isinstance(values, Sequence):
+        raise InvalidArgumentTypeError(
+            f"'{name}' must be a sequence, one entry per row, got {type(values).__name__}"
+        )
+    return list(values)

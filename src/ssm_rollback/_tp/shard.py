@@ -1,0 +1,206 @@
+"""Shard pools for tensor-parallel ranks: each rank's share of the SSM state, split as vLLM does.
+
+``ssm_rollback.distributed`` re-exports ``shard_live_states``, ``shard_of``
+and ``shard_pool``; this module holds their arithmetic.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import attrs
+import torch
+
+from .._errors import InvalidArgumentError, InvariantError, check_non_negative_int
+from ..backends.torch import TorchSnapshotPool
+from ..reserve import state_spec_from_hf_config
+
+__all__ = ["Config", "shard_live_states", "shard_of", "shard_pool"]
+
+
+Config = Mapping[str, object] | str | os.PathLike[str]
+
+
+@attrs.frozen
+class _Segment:
+    """A run of channels (or heads) of the full state, and how ranks split it."""
+
+    size: int
+    groups: int = 0  # > 0: ``groups`` groups, replicated when they do not divide tp_size
+
+
+def _fields(config: Config) -> Mapping[str, object]:
+    if isinstance(config, Mapping):
+        return config
+    path = Path(config)
+    if path.is_dir():
+        path = path / "config.json"
+    loaded: dict[str, object] = json.loads(path.read_text(encoding="utf-8"))
+    return loaded
+
+
+def _groups(config: Mapping[str, object]) -> int:
+    for name in ("n_groups", "mamba_n_groups", "mamba_ngroups"):
+        value = config.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return 1
+
+
+def _key_heads(config: Mapping[str, object]) -> int:
+    value = config.get("linear_num_key_heads")
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise InvalidArgumentError(
+            f"config field 'linear_num_key_heads' must be an int >= 1, got {value!r}"
+        )
+    return value
+
+
+def _segments(config: Config, tensor: str) -> tuple[str, list[_Segment]]:
+    """The model's layer kind and the segments of ``tensor``'s first per-sequence dim."""
+    spec = state_spec_from_hf_config(config)  # checks the config before anything reads it
+    fields = _fields(config)
+    layer = spec.layers[0]
+    shapes = {t.name: t.shape for t in layer.tensors}
+    if tensor not in shapes:
+        raise InvalidArgumentError(
+            f"'tensor' must be one of {sorted(shapes)} ({spec.model_type}), got {tensor!r}"
+        )
+    channels = shapes[tensor][0]
+    if layer.kind == "mamba2" and tensor == "conv":
+        groups = _groups(fields)
+        state = shapes["ssm"][2]
+        inner = channels - 2 * groups * state
+        # x, then B and C: one state-sized block per group each
+        return layer.kind, [_Segment(inner), *[_Segment(groups * state, groups)] * 2]
+    if layer.kind == "gated_delta_net" and tensor == "conv":
+        heads, key_dim, value_dim = shapes["recurrent"]
+        keys = _key_heads(fields) * key_dim
+        return layer.kind, [_Segment(keys), _Segment(keys), _Segment(heads * value_dim)]
+    return layer.kind, [_Segment(channels)]
+
+
+def _slices(segments: list[_Segment], rank: int, tp: int) -> list[tuple[int, int]]:
+    """``(start, stop)`` of rank ``rank``'s share of each segment, in the full dim."""
+    out = []
+    start = 0
+    for seg in segments:
+        if seg.groups and seg.groups % tp:
+            if tp % seg.groups:
+                raise InvalidArgumentError(
+                    f"'tp_size' {tp} must be a multiple of the {seg.groups} groups when they do "
+                    f"not divide it (each rank's heads must share one group)"
+                )
+            width = seg.size // seg.groups  # one group per rank, replicated
+            group = rank * seg.groups // tp
+            out.append((start + group * width, start + (group + 1) * width))
+        else:
+            width = seg.size // tp
+            out.append((start + rank * width, start + (rank + 1) * width))
+        start += seg.size
+    return out
+
+
+def shard_of(
+    full: torch.Tensor, config: Config, *, tensor: str, rank: int, tp_size: int, dim: int
+) -> torch.Tensor:
+    """Rank ``rank``'s shard of a full (one-rank) state tensor, split as vLLM splits it.
+
+    ``tensor`` names the state (``"conv"``, ``"ssm"``, ``"recurrent"``, as in
+    ``state_spec_from_hf_config``) and ``dim`` is ``full``'s channel (or head)
+    dim. Heads and channels split evenly; a Mamba-2 conv state's ``B`` and
+    ``C`` groups split with them, or are replicated (the group of the rank's
+    heads) when they do not divide ``tp_size``. Returns a new tensor.
+    """
+    tp = check_non_negative_int("tp_size", tp_size)
+    rank = check_non_negative_int("rank", rank)
+    if not 0 <= rank < tp:
+        raise InvalidArgumentError(f"'rank' must be in [0, tp_size {tp}), got {rank}")
+    kind, segments = _segments(config, tensor)
+    if full.shape[dim] != sum(s.size for s in segments):
+        raise InvalidArgumentError(
+            f"'full' must have the one-rank {tensor} size {sum(s.size for s in segments)} on "
+            f"dim {dim} ({kind}), got shape {tuple(full.shape)}"
+        )
+    slices = _slices(segments, rank, tp)
+    per_rank = {
+        t.name: t.shape[0] for t in state_spec_from_hf_config(config, tp_size=tp).layers[0].tensors
+    }
+    if sum(b - a for a, b in slices) != per_rank[tensor]:  # pragma: no cover - reserve disagrees
+        raise InvariantError(
+            f"the {kind} {tensor} shard must have reserve's per-rank size {per_rank[tensor]}, "
+            f"got slices {slices}"
+        )
+    return torch.cat([full.narrow(dim, a, b - a) for a, b in slices], dim=dim)
+
+
+def _torch_dtype(name: str) -> torch.dtype:
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise InvalidArgumentError(f"'dtype' must name a torch dtype, got {name!r}")
+    return dtype
+
+
+def shard_live_states(
+    config: Config,
+    *,
+    num_sequences: int,
+    tp_size: int,
+    dtype: str | None = None,
+    device: torch.device | str | None = None,
+) -> tuple[torch.Tensor, ...]:
+    """Zeroed live state for one rank: per state tensor, ``[ssm_layers, num_sequences, *shape]``.
+
+    The shapes are ``state_spec_from_hf_config(config, tp_size=tp_size)``'s per-rank
+    ones, in its order (``conv`` first); rows on dim 1, so a pool over them
+    takes ``batch_dim=1``. An engine that allocates its own state passes that
+    to ``shard_pool`` instead.
+    """
+    rows = check_non_negative_int("num_sequences", num_sequences)
+    spec = state_spec_from_hf_config(config, tp_size=tp_size, dtype=dtype)
+    layers = len(spec.layers)
+    return tuple(
+        torch.zeros((layers, rows, *t.shape), dtype=_torch_dtype(t.dtype), device=device)
+        for t in spec.layers[0].tensors
+    )
+
+
+def shard_pool(
+    live_states: Sequence[torch.Tensor],
+    config: Config,
+    slots_per_sequence: int,
+    *,
+    tp_size: int,
+    intermediate_states: Sequence[torch.Tensor] | None = None,
+) -> TorchSnapshotPool:
+    """This rank's ``TorchSnapshotPool`` over its shard of the live state, shapes checked.
+
+    ``live_states`` is one tensor per state tensor of the model's SSM
+    layers, ``[ssm_layers, rows, *shape]`` with the per-rank shape that
+    ``state_spec_from_hf_config(config, tp_size=tp_size)`` gives (as
+    ``shard_live_states`` allocates them); a shape that differs raises
+    ``InvalidArgumentError`` naming the tensor. ``intermediate_states`` as
+    for ``TorchSnapshotPool``.
+    """
+    spec = state_spec_from_hf_config(config, tp_size=tp_size)
+    expected = [(len(spec.layers), *t.shape) for t in spec.layers[0].tensors]
+    names = [t.name for t in spec.layers[0].tensors]
+    if len(live_states) != len(expected):
+        raise InvalidArgumentError(
+            f"'live_states' must hold {len(expected)} tensors ({', '.join(names)}), got "
+            f"{len(live_states)}"
+        )
+    for i, (tensor, shape) in enumerate(zip(live_states, expected, strict=True)):
+        got = (tensor.shape[0], *tensor.shape[2:]) if tensor.dim() >= 2 else tuple(tensor.shape)
+        if got != shape:
+            raise InvalidArgumentError(
+                f"'live_states[{i}]' ({names[i]}) must be [{shape[0]}, rows, "
+                f"{', '.join(map(str, shape[1:]))}] for tp_size {tp_size}, got "
+                f"{list(tensor.shape)}"
+            )
+    return TorchSnapshotPool(
+        live_states, slots_per_sequence, batch_dim=1, intermediate_states=intermediate_states
+    )

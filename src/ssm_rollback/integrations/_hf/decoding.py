@@ -1,0 +1,116 @@
+"""What the Hugging Face decoders share: their counters, their result, and picking a token.
+
+``backtracking_generate`` and ``speculative_generate`` both count what they
+did in ``_Counts`` and return a ``GenerationResult`` whose ``report`` is
+those counters frozen; both take prompts as ``[batch, length]`` token ids
+and pad rows of different lengths as ``model.generate`` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+import torch
+
+from ..._errors import InvalidArgumentError
+
+__all__ = [
+    "GenerationReport",
+    "GenerationResult",
+    "pad_id",
+    "pad_rows",
+    "pick",
+    "prompt_rows",
+]
+
+
+@attrs.define
+class _Counts:
+    """The report's counters while a run is under way; ``freeze()`` makes the report."""
+
+    #: New tokens in the output (rollbacks' dropped tokens not counted).
+    tokens: int = 0
+    #: Forward passes of the target model, prefill included.
+    forward_passes: int = 0
+    drafts_proposed: int = 0
+    drafts_accepted: int = 0
+    rollbacks_served: int = 0
+    rollbacks_declined: int = 0
+    #: Of those, rollbacks the grammar matcher could not follow that far.
+    grammar_declined: int = 0
+    #: Tokens dropped by served rollbacks (and decoded again).
+    tokens_regenerated: int = 0
+    #: Boundary tokens in the output.
+    boundaries: int = 0
+    #: Boundary snapshots saved.
+    snapshots: int = 0
+    #: Time spent restoring snapshots and cropping KV for rollbacks.
+    rollback_seconds: float = 0.0
+    #: With ``check_rollbacks``: time a re-prefill of each kept prefix took instead.
+    recompute_seconds: float = 0.0
+    #: With ``check_rollbacks``: rollbacks whose next logits differ from a fresh decode.
+    mismatches: int = 0
+
+    def add(self, other: _Counts) -> None:
+        """Add ``other``'s counters to these: the totals of several runs."""
+        for field in attrs.fields(_Counts):
+            setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
+
+    def freeze(self) -> GenerationReport:
+        return GenerationReport(**attrs.asdict(self))
+
+
+@attrs.frozen
+class GenerationReport(_Counts):
+    """What a decoder did, summed over the rows: the counters above, frozen.
+
+    ``drafts_proposed``, ``drafts_accepted``, ``forward_passes``,
+    ``rollbacks_served`` and ``rollbacks_declined`` among them (SPEC 10).
+    """
+
+
+@attrs.frozen(eq=False)  # holds a tensor: compare by identity
+class GenerationResult:
+    """A decoder's output: ``sequences`` (prompt + new tokens, as ``generate``) and ``report``."""
+
+    sequences: torch.Tensor
+    report: GenerationReport
+
+
+def prompt_rows(input_ids: torch.Tensor | Sequence[int]) -> list[list[int]]:
+    """The prompt rows of ``input_ids`` (``[batch, length]`` or one row), checked."""
+    ids = torch.as_tensor(input_ids)
+    if ids.dim() == 1:
+        ids = ids[None]
+    if ids.dim() != 2 or ids.shape[1] == 0 or ids.dtype.is_floating_point:
+        raise InvalidArgumentError(
+            f"'input_ids' must be integer token ids shaped [batch, length] with length >= 1, "
+            f"got a {tuple(ids.shape)} {ids.dtype} tensor"
+        )
+    rows: list[list[int]] = ids.tolist()
+    return rows
+
+
+def pad_rows(rows: Sequence[Sequence[int]], pad: int, like: torch.Tensor) -> torch.Tensor:
+    """Rows of different lengths as one tensor, padded on the right as ``generate`` does."""
+    width = max(len(row) for row in rows)
+    padded = [[*row, *([pad] * (width - len(row)))] for row in rows]
+    return torch.tensor(padded, dtype=torch.long, device=like.device)
+
+
+def pad_id(model: torch.nn.Module, eos: frozenset[int], pad_token_id: int | None) -> int:
+    if pad_token_id is not None:
+        return pad_token_id
+    configured = getattr(getattr(model, "generation_config", None), "pad_token_id", None)
+    if isinstance(configured, int):
+        return configured
+    return min(eos) if eos else 0
+
+
+def pick(scores: torch.Tensor, generator: torch.Generator | None) -> int:
+    """The next token: the argmax, or a sample when a ``generator`` is given."""
+    if generator is None:
+        return int(scores.argmax())
+    probs = torch.softmax(scores.float(), -1)
+    return int(torch.multinomial(probs, 1, generator=generator))

@@ -1,0 +1,254 @@
+"""Backtracking generation for Hugging Face hybrid models: roll a row back to a boundary, exactly.
+
+``backtracking_generate`` decodes each row one token at a time. After a
+boundary token (``is_boundary``) it snapshots the row's recurrent state into
+its ring. Every candidate token goes to ``reject(tokens)``: ``None`` keeps it;
+an int ``m`` sends the row back to its last boundary at most ``m`` new tokens
+long that still has a snapshot (restore the snapshot, crop the attention KV),
+and the next token is resampled there with ``ban`` masked out. Rows are
+decoded as separate batch-1 caches, because one ``DynamicCache`` has one
+length and its rows cannot be cropped to different lengths. With
+``grammar=`` each row's logits are masked by its matcher, and a rollback
+moves the matcher back with the model or not at all (``_grammar_step``,
+``_grammar_rollback``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+
+import attrs
+import torch
+
+from ..._core.ring import SsmDecodeRing
+from ..._errors import InvalidArgumentTypeError, check_non_negative_int
+from ...rollback import RollbackDeclined, RollbackPlan, snapshot_boundary_if_ssm
+from .._grammar.rollback import _transact
+from .._grammar.step import GrammarArg, RowGrammar, row_grammars
+from .decoding import (
+    GenerationReport,
+    GenerationResult,
+    _Counts,
+    pad_id,
+    pad_rows,
+    pick,
+    prompt_rows,
+)
+from .stream import TokenPredicate, _Stream, as_predicate, eos_ids, text_vocab_size
+
+__all__ = ["GenerationReport", "GenerationResult", "backtracking_generate"]
+
+#: ``reject(tokens)``: ``None`` keeps the newest token; an int rolls the row back to at most it.
+RejectFn = Callable[[list[int]], int | None]
+
+
+@attrs.define
+class _Row:
+    """One row's decode: its stream, ring, output and boundaries, and logits after each length."""
+
+    stream: _Stream
+    ring: SsmDecodeRing
+    prompt: list[int]
+    output: list[int] = attrs.field(factory=list)
+    boundaries: list[int] = attrs.field(factory=list)
+    logits_after: list[torch.Tensor] = attrs.field(factory=list)
+    grammar: RowGrammar | None = None
+
+
+def _ban_mask(ban: Iterable[int] | torch.Tensor | None, vocab: int) -> torch.Tensor | None:
+    if ban is None:
+        return None
+    if isinstance(ban, torch.Tensor) and ban.dtype == torch.bool:
+        return ban[:vocab].cpu()
+    mask = torch.zeros(vocab, dtype=torch.bool)
+    mask[[int(t) for t in ban]] = True
+    return mask
+
+
+def backtracking_generate(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    *,
+    max_new_tokens: int,
+    is_boundary: TokenPredicate,
+    reject: RejectFn,
+    capacity: int = 4,
+    ban: Iterable[int] | torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+    eos_token_id: int | Sequence[int] | None = None,
+    pad_token_id: int | None = None,
+    check_rollbacks: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+    grammar: GrammarArg = None,
+) -> GenerationResult:
+    """Decode with rollback to a boundary whenever ``reject`` says no; every row on its own.
+
+    ``is_boundary``: a function of a token id, or the set of boundary ids.
+    ``reject(new_tokens)`` sees the row's new tokens, the candidate last:
+    ``None`` keeps the candidate; an int ``m`` rolls the row back to its last
+    boundary ``<= m`` new tokens that has a snapshot in its ``capacity``-slot
+    ring (declined, the row stays). Either way the candidate is dropped and
+    the next token is picked again with ``ban`` masked (a collection of ids or
+    a bool mask; default: the rejected token; ignored if it would leave no
+    token) and is not offered to ``reject``.
+    Greedy unless a ``generator`` is given (then sampled). A row ends after
+    ``max_new_tokens`` or an EOS (``eos_token_id``, default the model's);
+    shorter rows are padded. ``check_rollbacks`` re-decodes each kept prefix
+    from the prompt after a served rollback and counts logits that are not
+    bitwise equal in ``report.mismatches``.
+
+    ``grammar``: a ``GrammarMatcher`` (batch 1) or one per row, fresh. Every
+    pick is masked by the row's matcher; each kept token is accepted into it
+    before ``is_boundary(token)`` is called, so a boundary predicate that
+    closes over the matcher sees the grammar state after the token;
+    ``reject`` sees the candidate before the matcher does. A rollback moves
+    the matcher back by the same tokens as the model, or is declined
+    (``report.grammar_declined``) when the matcher cannot go back that far,
+    and neither moves. A row also ends when its matcher terminates.
+    """
+    max_new_tokens = check_non_negative_int("max_new_tokens", max_new_tokens)
+    capacity = check_non_negative_int("capacity", capacity)
+    if not callable(reject):
+        raise InvalidArgumentTypeError(f"'reject' must be callable, got {type(reject).__name__}")
+    boundary = as_predicate("is_boundary", is_boundary)
+    vocab = text_vocab_size(model)
+    banned = _ban_mask(ban, vocab)
+    eos = eos_ids(model, eos_token_id)
+    prompts = prompt_rows(input_ids)
+    grammars = row_grammars(grammar, len(prompts), vocab)
+    counts = _Counts()
+    total = len(prompts) * max_new_tokens
+    done_before = 0
+    outputs = []
+    for prompt, row_grammar in zip(prompts, grammars, strict=True):
+        row = _Row(_Stream(model, vocab, capacity), SsmDecodeRing(capacity), prompt)
+        row.grammar = row_grammar
+        row.logits_after.append(row.stream.feed(prompt)[-1])
+
+        def report_progress(done: int, base: int = done_before) -> None:
+            if progress is not None:
+                progress(base + done, total)
+
+        _decode_row(
+            row,
+            max_new_tokens,
+            boundary,
+            reject,
+            banned,
+            eos,
+            generator,
+            counts,
+            check_rollbacks,
+            report_progress,
+        )
+        done_before += max_new_tokens
+        counts.tokens += len(row.output)
+        counts.boundaries += len(row.boundaries)
+        counts.forward_passes += row.stream.forward_passes
+        outputs.append(prompt + row.output)
+    pad = pad_id(model, eos, pad_token_id)
+    return GenerationResult(pad_rows(outputs, pad, torch.as_tensor(input_ids)), counts.freeze())
+
+
+def _decode_row(
+    row: _Row,
+    max_new_tokens: int,
+    boundary: Callable[[int], bool],
+    reject: RejectFn,
+    banned: torch.Tensor | None,
+    eos: frozenset[int],
+    generator: torch.Generator | None,
+    counts: _Counts,
+    check: bool,
+    progress: Callable[[int], None],
+) -> None:
+    stream, output, grammar = row.stream, row.output, row.grammar
+    while len(output) < max_new_tokens and not (output and output[-1] in eos):
+        if grammar is not None and grammar.is_done():
+            break
+        token = pick(_scores(row), generator)
+        rolled_back = False
+        limit = reject([*output, token])
+        if limit is not None:
+            rolled_back = _roll_back(row, limit, counts)
+            scores = _scores(row)
+            mask = banned
+            if mask is None:
+                mask = torch.zeros(scores.shape[-1], dtype=torch.bool)
+                mask[token] = True
+            kept = scores.masked_fill(mask.to(scores.device), float("-inf"))
+            token = pick(kept if bool(torch.isfinite(kept).any()) else scores, generator)
+        output.append(token)
+        if grammar is not None:
+            grammar.accept(token)
+        is_b = boundary(token)
+        if is_b:
+            row.boundaries.append(len(output))
+        save = snapshot_boundary_if_ssm(
+            row.ring, seq=0, token_position=len(output), is_boundary=is_b, in_thinking=False
+        )
+        logits = stream.feed([token])[-1]
+        row.logits_after.append(logits)
+        if save is not None and stream.save(save, row.ring):
+            counts.snapshots += 1
+        if rolled_back and check:
+            _check_against_fresh(row, logits, counts)
+        progress(len(output))
+
+
+def _scores(row: _Row) -> torch.Tensor:
+    """The logits to pick the row's next token from: masked by its grammar, if any."""
+    logits = row.logits_after[-1]
+    return logits if row.grammar is None else row.grammar.mask(logits)
+
+
+def _roll_back(row: _Row, limit: int, counts: _Counts) -> bool:
+    """Roll the row (and its matcher) back to its last boundary with a snapshot at most
+    ``limit`` long."""
+    output, stream = row.output, row.stream
+    limit = min(check_non_negative_int("reject()", limit), len(output))
+    if not output:
+        counts.rollbacks_declined += 1
+        return False
+    started = time.perf_counter()
+    plan = _transact(
+        row.ring,
+        row.boundaries,
+        None if row.grammar is None else row.grammar.matcher,
+        seq=0,
+        tokens=output,
+        pool=stream.pool,
+        at_most=limit,
+        hybrid=True,
+        crop=lambda keep: stream.plan_truncate(len(row.prompt) + keep),
+    )
+    if not isinstance(plan, RollbackPlan):
+        counts.rollbacks_declined += 1
+        counts.grammar_declined += not isinstance(plan, RollbackDeclined)
+        return False
+    counts.rollback_seconds += time.perf_counter() - started
+    del output[plan.keep_len :], row.logits_after[plan.keep_len + 1 :]
+    del row.boundaries[row.boundaries.index(plan.keep_len) + 1 :]
+    counts.rollbacks_served += 1
+    counts.tokens_regenerated += plan.tokens_dropped
+    return True
+
+
+def _check_against_fresh(row: _Row, logits: torch.Tensor, counts: _Counts) -> None:
+    """Compare the step after a rollback with a fresh decode of the same tokens, bit for bit."""
+    stream = row.stream
+    vocab = logits.shape[-1]
+    started = time.perf_counter()
+    # What an engine without snapshots would do instead: prefill the kept prefix again.
+    _fresh_stream(stream, vocab).feed(row.prompt + row.output[:-1])
+    counts.recompute_seconds += time.perf_counter() - started
+    fresh = _fresh_stream(stream, vocab)
+    fresh_logits = fresh.feed(row.prompt)[-1]
+    for token in row.output:
+        fresh_logits = fresh.feed([token])[-1]
+    counts.mismatches += not torch.equal(logits, fresh_logits)
+
+
+def _fresh_stream(stream: _Stream, vocab: int) -> _Stream:
+    return _Stream(stream._model, vocab, 0)

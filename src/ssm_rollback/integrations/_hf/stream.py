@@ -1,0 +1,174 @@
+"""One sequence decoding through a ``transformers`` cache, with a checkpoint it can go back to.
+
+The decoders in ``_generation`` and ``_speculative`` drive one ``_Stream`` per
+row. A stream feeds tokens (one forward pass per ``feed``), keeps a one-slot
+checkpoint of the recurrent state in a ``HybridCacheSnapshotPool`` slot of its
+own (after the ring's slots), and rewinds to it by restoring the slot and
+cropping the attention KV. Tokens a rewind drops but the caller wants back
+are queued and fed in front of the next ``feed``, in the same forward pass.
+A cache without recurrent state (attention only) is just cropped. On CPU a
+forward pass shorter than the Mamba2 scan's chunk scans only its own tokens
+(``_scan_chunks``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import final
+
+import torch
+from transformers.cache_utils import Cache, LinearAttentionCacheLayerMixin
+
+from ..._core.effects import SsmSnapshotRestore, SsmSnapshotSave
+from ..._core.ring import SsmDecodeRing
+from ..._errors import InvalidArgumentError, InvalidArgumentTypeError
+from ...pool import apply_effects
+from .cache_pool import HybridCacheSnapshotPool
+from .crop import plan_crop_attention
+from .scan_chunks import ScanChunks
+
+__all__ = ["TokenPredicate", "as_predicate", "eos_ids", "text_vocab_size"]
+
+#: A boundary predicate: a function of one token id, or the set of boundary ids.
+TokenPredicate = Callable[[int], bool] | Iterable[int]
+
+
+def as_predicate(name: str, value: TokenPredicate) -> Callable[[int], bool]:
+    """``value`` as a function of a token id (a collection of ids becomes membership)."""
+    if callable(value):
+        return value
+    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+        raise InvalidArgumentTypeError(
+            f"'{name}' must be a function of a token id or a collection of token ids, "
+            f"got {type(value).__name__}"
+        )
+    ids = frozenset(int(v) for v in value)
+    return ids.__contains__
+
+
+def text_vocab_size(model: torch.nn.Module) -> int:
+    """The vocabulary the embedding has; a padded LM head may score ids beyond it."""
+    config = getattr(model, "config", None)
+    if config is None or not hasattr(config, "get_text_config"):
+        raise InvalidArgumentTypeError(
+            f"'model' must be a transformers causal LM with a config, got {type(model).__name__}"
+        )
+    vocab: int = config.get_text_config(decoder=True).vocab_size
+    return vocab
+
+
+def eos_ids(model: torch.nn.Module, eos_token_id: int | Sequence[int] | None) -> frozenset[int]:
+    """The ids that end a row: ``eos_token_id``, or the model's generation config's when None."""
+    if eos_token_id is None:
+        generation_config = getattr(model, "generation_config", None)
+        eos_token_id = getattr(generation_config, "eos_token_id", None)
+        if eos_token_id is None:
+            return frozenset()
+    if isinstance(eos_token_id, int):
+        return frozenset({eos_token_id})
+    return frozenset(int(t) for t in eos_token_id)
+
+
+def _has_recurrent_state(cache: Cache) -> bool:
+    layers = getattr(cache, "layers", ())
+    return any(isinstance(layer, LinearAttentionCacheLayerMixin) for layer in layers)
+
+
+@final
+class _Stream:
+    """A batch-1 decode: the model, its cache, the tokens fed so far, and a checkpoint.
+
+    ``ring_slots`` pool slots belong to the caller's ring (boundary
+    snapshots); the checkpoint uses the slot after them, with tickets from a
+    one-slot ring of its own so that a stale checkpoint can never be restored.
+    """
+
+    def __init__(
+        self, model: torch.nn.Module, vocab: int, ring_slots: int, *, narrow_scans: bool = True
+    ) -> None:
+        self._model = model
+        self._vocab = vocab
+        self._ring_slots = ring_slots
+        self._device = next(model.parameters()).device
+        self._chunks = ScanChunks(model if narrow_scans else torch.nn.Module())
+        self.cache: Cache | None = None
+        self.pool: HybridCacheSnapshotPool | None = None
+        self.fed: list[int] = []  # tokens the cache holds, prompt included
+        self.queued: list[int] = []  # tokens to feed in front of the next feed
+        self.forward_passes = 0
+        self._checkpoint_ring = SsmDecodeRing(1)
+        self._checkpoint: SsmSnapshotSave | None = None
+
+    def feed(self, ids: Sequence[int]) -> torch.Tensor:
+        """Feed the queued tokens and ``ids`` in one forward pass; the logits of ``ids``."""
+        tokens = [*self.queued, *ids]
+        with torch.no_grad(), self._chunks.narrowed(len(tokens)):
+            inputs = torch.tensor([tokens], dtype=torch.long, device=self._device)
+            kwargs = {} if self.cache is None else {"cache": self.cache}
+            out = self._model(inputs, use_cache=True, **kwargs)
+        self.forward_passes += 1
+        self.cache = out.cache
+        self.fed += tokens
+        self.queued = []
+        if self.pool is None and _has_recurrent_state(out.cache):
+            self.pool = HybridCacheSnapshotPool(out.cache, self._ring_slots + 1)
+        logits: torch.Tensor = out.logits[0, len(tokens) - len(ids) :, : self._vocab]
+        return logits
+
+    def save(self, save: SsmSnapshotSave, ring: SsmDecodeRing) -> bool:
+        """Snapshot the live state for the caller's ring; whether it was saved."""
+        if self.pool is None:
+            return False
+        return apply_effects(self.pool, [save], [ring]).ok
+
+    def restore(self, restore: SsmSnapshotRestore, length: int) -> None:
+        """Put a ring snapshot back and crop the KV: the cache then holds ``length`` tokens."""
+        if self.pool is not None:
+            self.pool.restore([restore])
+        self._truncate(length)
+
+    def checkpoint(self) -> None:
+        """Remember the state after ``len(self.fed)`` tokens (queued tokens are not fed yet)."""
+        length = len(self.fed)
+        if self.pool is None:
+            return  # a KV crop needs no checkpoint
+        if self._checkpoint is not None and self._checkpoint.token_position == length:
+            return  # the slot already holds this state
+        self._checkpoint_ring.record(length)
+        entry = self._checkpoint_ring.entry_for(length)
+        assert entry is not None
+        save = SsmSnapshotSave(0, self._ring_slots, length, entry.ticket)
+        if not self.pool.save([save]).ok:
+            raise InvalidArgumentError("the checkpoint save failed: the pool refused to copy")
+        self._checkpoint = save
+
+    def rewind(self, keep: int) -> None:
+        """Go back to ``keep`` tokens: restore the checkpoint and queue the held tokens from it up
+        to ``keep`` to feed again. A cache without recurrent state is cropped to ``keep`` itself
+        (a KV crop is exact at any length), and nothing is queued."""
+        kept = [*self.fed, *self.queued][:keep]
+        if self.pool is None:
+            at = min(keep, len(self.fed))
+        else:
+            assert self._checkpoint is not None
+            checkpoint = self._checkpoint
+            at = checkpoint.token_position
+            self.pool.restore([SsmSnapshotRestore(0, checkpoint.slot, at, checkpoint.ticket)])
+        if keep < at:
+            raise InvalidArgumentError(f"'keep' must be >= the checkpoint {at}, got {keep}")
+        self._truncate(at)
+        self.queued = kept[at:]
+
+    def _truncate(self, length: int) -> None:
+        self.plan_truncate(length)()
+
+    def plan_truncate(self, length: int) -> Callable[[], None]:
+        """Check a cut of the KV and the fed tokens to ``length``, changing nothing; the cut."""
+        assert self.cache is not None
+        crop = plan_crop_attention(self.cache, length)
+
+        def cut() -> None:
+            crop()
+            del self.fed[length:]
+
+        return cut
