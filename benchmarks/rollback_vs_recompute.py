@@ -36,7 +36,7 @@ from ssm_rollback import (
     snapshot_boundary_if_ssm,
 )
 from ssm_rollback.integrations.transformers import HybridCacheSnapshotPool, crop_attention
-from ssm_rollback.testing._tiny import tiny_config
+from ssm_rollback.testing import tiny_config
 
 PROMPT, PAST = 16, 8
 

@@ -38,9 +38,9 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, PretrainedConfig
 from transformers.utils import logging as hf_logging
 
-from ssm_rollback.integrations.transformers import speculative_generate  # isort: skip
-from ssm_rollback.integrations._hf.stream import _Stream  # isort: skip
-from ssm_rollback.testing._tiny import tiny_config
+from ssm_rollback.integrations._hf.stream import _Stream
+from ssm_rollback.integrations.transformers import speculative_generate
+from ssm_rollback.testing import tiny_config
 
 K = 4
 #: Acceptance rate -> the draft position corrupted (None: none), for k = 4.

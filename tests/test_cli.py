@@ -123,7 +123,7 @@ def test_the_demo_leaves_out_only_the_tested_type_without_an_lm_head() -> None:
     pytest.importorskip("transformers")
     from transformers import AutoModelForCausalLM
 
-    from ssm_rollback.testing._tiny import TESTED_MODEL_TYPES, tiny_config
+    from ssm_rollback.testing import TESTED_MODEL_TYPES, tiny_config
 
     assert set(DEMO_MODEL_TYPES) < set(TESTED_MODEL_TYPES)
     (left_out,) = set(TESTED_MODEL_TYPES) - set(DEMO_MODEL_TYPES)

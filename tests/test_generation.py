@@ -21,7 +21,7 @@ from ssm_rollback.integrations.transformers import (
     backtracking_generate,
     speculative_generate,
 )
-from ssm_rollback.testing._tiny import tiny_config
+from ssm_rollback.testing import tiny_config
 
 hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
 # Model code warns about slow reference kernels and the like: not our concern here.
@@ -130,7 +130,7 @@ def _record_forwards(
     target: torch.nn.Module, monkeypatch: pytest.MonkeyPatch
 ) -> tuple[list[tuple[int, list[int], torch.Tensor]], RemovableHandle]:
     """Every forward pass of ``target``: the tokens its cache held, the tokens fed, the logits."""
-    from ssm_rollback.integrations._hf.stream import _Stream  # after the public module
+    from ssm_rollback.integrations._hf.stream import _Stream
 
     seen: list[tuple[int, list[int], torch.Tensor]] = []
     lengths: list[int] = []
@@ -214,7 +214,7 @@ def test_the_sampled_acceptance_rule_keeps_the_target_distribution() -> None:
     """Standard speculative sampling: whatever the draft distribution, the token that comes
     out (an accepted draft, or the residual sample after a rejection) is distributed as the
     target's - with an assistant's distribution and with a deterministic drafter's one-hot."""
-    from ssm_rollback.integrations._hf.speculative import _accept  # after the public module
+    from ssm_rollback.integrations._hf.speculative import _accept
 
     gen = torch.Generator().manual_seed(0)
     vocab, trials = 6, 20_000

@@ -22,6 +22,7 @@ from transformers import AutoModelForCausalLM
 from transformers.utils import logging as hf_logging
 
 from ssm_rollback import InvalidArgumentError, SsmDecodeRing, snapshot_boundary_if_ssm
+from ssm_rollback.integrations._hf.stream import _Stream
 from ssm_rollback.integrations.grammar import (
     ByteTokenizer,
     GrammarMatcher,
@@ -34,9 +35,7 @@ from ssm_rollback.integrations.grammar import (
 )
 from ssm_rollback.integrations.transformers import backtracking_generate
 from ssm_rollback.rollback import RollbackPlan
-from ssm_rollback.testing._tiny import tiny_config
-
-from ssm_rollback.integrations._hf.stream import _Stream  # isort: skip  (after the public module)
+from ssm_rollback.testing import tiny_config
 
 hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
 # Model code warns about slow reference kernels and the like: not our concern here.

@@ -28,6 +28,7 @@ from ssm_rollback import (
     snapshot_boundary_if_ssm,
 )
 from ssm_rollback.backends.fake import FakeSnapshotPool
+from ssm_rollback.integrations._grammar.step import RowGrammar
 from ssm_rollback.integrations.grammar import (
     ByteTokenizer,
     GrammarMatcher,
@@ -40,9 +41,7 @@ from ssm_rollback.integrations.grammar import (
 )
 from ssm_rollback.integrations.transformers import backtracking_generate
 from ssm_rollback.rollback import RollbackPlan
-from ssm_rollback.testing._tiny import tiny_config
-
-from ssm_rollback.integrations._grammar.step import RowGrammar  # isort: skip
+from ssm_rollback.testing import tiny_config
 
 hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
 # Model code warns about slow reference kernels and the like: not our concern here.

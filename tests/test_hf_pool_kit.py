@@ -25,8 +25,12 @@ from transformers.cache_utils import Cache
 
 from ssm_rollback import InvalidArgumentError, SsmSnapshotRestore, SsmSnapshotSave
 from ssm_rollback.integrations.transformers import HybridCacheSnapshotPool, crop_attention
-from ssm_rollback.testing import PoolAdapter, SnapshotPoolConformance, SnapshotPoolMachine
-from ssm_rollback.testing._tiny import tiny_config
+from ssm_rollback.testing import (
+    PoolAdapter,
+    SnapshotPoolConformance,
+    SnapshotPoolMachine,
+    tiny_config,
+)
 
 _PREFILLED: dict[tuple[str, int], Cache] = {}
 

@@ -356,7 +356,7 @@ def test_vllm_50272_on_a_real_hybrid_model_the_restored_state_is_bitwise_a_plain
     from transformers.cache_utils import Cache
 
     from ssm_rollback.integrations.transformers import HybridCacheSnapshotPool, crop_attention
-    from ssm_rollback.testing._tiny import tiny_config
+    from ssm_rollback.testing import tiny_config
 
     prompt_len = 4
     with warnings.catch_warnings():

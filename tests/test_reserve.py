@@ -132,7 +132,7 @@ def _cache_and_spec(model_type: str, dtype: str) -> tuple[int, SsmStateSpec]:
     from transformers import AutoModelForCausalLM
 
     from ssm_rollback.integrations.transformers import HybridCacheSnapshotPool
-    from ssm_rollback.testing._tiny import tiny_config
+    from ssm_rollback.testing import tiny_config
 
     config = tiny_config(model_type)
     if config.layer_types is None:  # Lfm2MoeConfig has no default pattern

@@ -17,11 +17,10 @@ import torch
 from transformers import AutoModelForCausalLM
 from transformers.utils import logging as hf_logging
 
+from ssm_rollback.integrations._hf.scan_chunks import ScanChunks
+from ssm_rollback.integrations._hf.stream import _Stream
 from ssm_rollback.integrations.transformers import backtracking_generate, speculative_generate
-
-from ssm_rollback.integrations._hf.scan_chunks import ScanChunks  # isort: skip  (after the public module)
-from ssm_rollback.integrations._hf.stream import _Stream  # isort: skip
-from ssm_rollback.testing._tiny import tiny_config
+from ssm_rollback.testing import tiny_config
 
 hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
 # Model code warns about slow reference kernels and the like: not our concern here.

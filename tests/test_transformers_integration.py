@@ -36,7 +36,7 @@ from ssm_rollback.integrations.transformers import (
     HybridCacheSnapshotPool,
     crop_attention,
 )
-from ssm_rollback.testing._tiny import TESTED_MODEL_TYPES, hybrid_model_types, tiny_config
+from ssm_rollback.testing import TESTED_MODEL_TYPES, hybrid_model_types, tiny_config
 
 hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
 # Model code warns about slow reference kernels and the like: not our concern here.

@@ -117,21 +117,22 @@ def _m(
     return Mutant(name, module, original, replacement, tests, select, equivalent)
 
 
-RING = "_ring.py"
+RING = "_core/ring.py"
 ROLLBACK = "rollback.py"
-POOL = "pool.py"
-SLOTS = "_slots.py"
-EFFECTS = "_effects.py"
-EFFECT_VALUES = "_effect_values.py"
-BATCHED = "_batched.py"
+POOL = "pool/__init__.py"
+SLOTS = "pool/_slot_tags.py"
+EFFECTS = "_core/effect_dict.py"
+EFFECT_VALUES = "_core/effects.py"
+BATCHED = "_core/boundaries.py"
 FAKE_MOD = "backends/fake.py"
 TORCH_MOD = "backends/torch.py"
 TORCH_COPY = "backends/_torch_copy.py"
-HF_MOD = "integrations/transformers.py"
+HF_MOD = "integrations/_hf/crop.py"
+HF_POOL_MOD = "integrations/_hf/cache_pool.py"
 RESERVE_MOD = "reserve.py"
-WIRE = "_wire.py"
-WIRE_VALUES = "_wire_values.py"
-CHANNEL = "_wire_channel.py"
+WIRE = "_tp/wire.py"
+WIRE_VALUES = "_tp/wire_values.py"
+CHANNEL = "_tp/channel.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     # -- _ring.py ---------------------------------------------------------------------------
@@ -1621,7 +1622,8 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(
         "hf_crop_checks_interleaved",
         HF_MOD,
-        "    plans = [_crop_plan(idx, layer, length) for idx, layer in enumerate(_layers(cache))]\n"
+        "    plans = [_crop_plan(idx, layer, length) for idx, layer in "
+        "enumerate(cache_layers(cache))]\n"
         "    for plan in plans:  # every layer checked before any is changed\n"
         "        if plan is not None:\n",
         "    for idx, layer in enumerate(_layers(cache)):\n"
@@ -1704,7 +1706,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     _m(
         "hf_cache_change_check_dropped",
-        HF_MOD,
+        HF_POOL_MOD,
         "            if current is not ref.tensor:",
         "            if False:",
         HF,

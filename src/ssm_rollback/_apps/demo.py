@@ -23,7 +23,7 @@ from transformers import AutoModelForCausalLM
 from transformers.utils import logging as hf_logging
 
 from ..integrations.transformers import backtracking_generate
-from ..testing._tiny import tiny_config
+from ..testing import tiny_config
 
 __all__ = ["DEFAULT_MODEL_TYPE", "DemoOptions", "DemoReport", "run_demo"]
 

@@ -29,7 +29,7 @@ from typing import Final, Literal
 
 import attrs
 
-from .._core.ring import SsmDecodeRing
+from .. import SsmDecodeRing
 from .._errors import InvalidArgumentError
 from ..rollback import (
     RollbackPlan,

@@ -13,7 +13,7 @@ import sys
 from typing import Final, TextIO
 
 from .._apps.grammar_demo import DEFAULT_CALLS, DEFAULT_MAX_TOKENS, ENGINES, MAX_CALLS
-from ..testing._model_types import DEMO_MODEL_TYPES
+from ..testing import DEMO_MODEL_TYPES
 from ._common import FlagError, int_flag, progress_bar
 from ._grammar_demo import run_grammar
 

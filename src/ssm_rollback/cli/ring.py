@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Final, TextIO
 
-from .._core.ring import SsmDecodeRing
+from .. import SsmDecodeRing
 from ._common import int_flag
 
 __all__ = ["add_parser", "run"]

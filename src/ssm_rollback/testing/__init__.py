@@ -10,6 +10,11 @@ Needs ``hypothesis`` and ``pytest`` (the ``dev`` extra).
   (it is a ``PoolAdapter``).
 - ``SnapshotPoolMachine`` drives a pool through random batches against a
   plain dict model: ``SnapshotPoolMachine.for_adapter(TestMyPool()).TestCase``.
+- ``tiny_config(model_type)`` builds the config of a tiny, randomly initialised
+  model of any model type in ``TESTED_MODEL_TYPES`` (``hybrid_model_types()``:
+  those with recurrent state in this ``transformers``); it needs only
+  ``transformers`` (the ``transformers`` extra), not hypothesis or pytest.
+  ``DEMO_MODEL_TYPES`` are the ones ``ssm-rollback demo`` offers.
 """
 
 from __future__ import annotations
@@ -17,23 +22,31 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from ._model_types import DEMO_MODEL_TYPES, TESTED_MODEL_TYPES
+
 if TYPE_CHECKING:
     from ._pool_conformance import PoolAdapter, SnapshotPoolConformance
     from ._pool_machine import SnapshotPoolMachine
     from ._reference import ReferenceRing
     from ._ring_machine import INVALID_INDICES, SsmDecodeRingMachine
+    from ._tiny import hybrid_model_types, tiny_config
 
 __all__ = [
+    "DEMO_MODEL_TYPES",
     "INVALID_INDICES",
+    "TESTED_MODEL_TYPES",
     "PoolAdapter",
     "ReferenceRing",
     "SnapshotPoolConformance",
     "SnapshotPoolMachine",
     "SsmDecodeRingMachine",
+    "hybrid_model_types",
+    "tiny_config",
 ]
 
-# Imported on first use, so that ``ssm_rollback.testing._tiny`` (which the demo
-# uses) loads without hypothesis and pytest, which the demo's extra lacks.
+# Imported on first use: the machines and the conformance suite need hypothesis and
+# pytest, which the demo's extra lacks, and the tiny models need transformers, which a
+# backend author running the conformance suite may lack.
 _LAZY = {
     "INVALID_INDICES": "._ring_machine",
     "PoolAdapter": "._pool_conformance",
@@ -41,6 +54,8 @@ _LAZY = {
     "SnapshotPoolConformance": "._pool_conformance",
     "SnapshotPoolMachine": "._pool_machine",
     "SsmDecodeRingMachine": "._ring_machine",
+    "hybrid_model_types": "._tiny",
+    "tiny_config": "._tiny",
 }
 
 

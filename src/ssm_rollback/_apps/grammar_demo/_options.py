@@ -8,7 +8,7 @@ from typing import Final
 import attrs
 
 from ..._errors import InvalidArgumentError, InvalidArgumentTypeError, describe
-from ...testing._model_types import DEMO_MODEL_TYPES
+from ...testing import DEMO_MODEL_TYPES
 
 __all__ = [
     "DEFAULT_CALLS",

@@ -24,10 +24,9 @@ from transformers import AutoModelForCausalLM
 from transformers.utils import logging as hf_logging
 
 from ..._errors import InvalidArgumentTypeError
-from ...integrations._hf.decoding import _Counts
 from ...integrations.grammar import ByteTokenizer, GrammarMatcher, allocate_token_bitmask
-from ...integrations.transformers import backtracking_generate
-from ...testing._tiny import tiny_config
+from ...integrations.transformers import GenerationReport, backtracking_generate
+from ...testing import tiny_config
 from ._bans import BanningMatcher
 from ._judge import BOUNDARY_BYTES, Judge
 from ._options import GrammarDemoOptions
@@ -144,7 +143,7 @@ def _run(
     generator = torch.Generator().manual_seed(options.seed)
     prompt = torch.tensor([tokenizer.encode(_PROMPT)])
     outcomes: list[CallOutcome] = []
-    totals = _Counts()  # the decoder's counters, summed over the calls
+    totals = GenerationReport()  # the decoder's counters, summed over the calls
     for index in range(options.calls):
         policy = Policy.drawn(rng)
         matcher = BanningMatcher(fresh())
@@ -163,7 +162,7 @@ def _run(
             grammar=matcher,
         )
         output: list[int] = result.sequences[0, prompt.shape[1] :].tolist()
-        totals.add(result.report)
+        totals += result.report
         outcomes.append(_outcome(output, tokenizer, policy, judge, matcher, check))
         if progress is not None:
             progress(index + 1, options.calls)

@@ -52,11 +52,6 @@ class _Counts:
     #: With ``check_rollbacks``: rollbacks whose next logits differ from a fresh decode.
     mismatches: int = 0
 
-    def add(self, other: _Counts) -> None:
-        """Add ``other``'s counters to these: the totals of several runs."""
-        for field in attrs.fields(_Counts):
-            setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
-
     def freeze(self) -> GenerationReport:
         return GenerationReport(**attrs.asdict(self))
 
@@ -67,7 +62,15 @@ class GenerationReport(_Counts):
 
     ``drafts_proposed``, ``drafts_accepted``, ``forward_passes``,
     ``rollbacks_served`` and ``rollbacks_declined`` among them (SPEC 10).
+    ``report + other`` sums two reports, counter by counter (the totals of
+    several runs; ``GenerationReport()`` is all zeros).
     """
+
+    def __add__(self, other: object) -> GenerationReport:
+        if not isinstance(other, GenerationReport):
+            return NotImplemented
+        mine, theirs = attrs.asdict(self), attrs.asdict(other)
+        return GenerationReport(**{name: value + theirs[name] for name, value in mine.items()})
 
 
 @attrs.frozen(eq=False)  # holds a tensor: compare by identity
