@@ -427,10 +427,10 @@ def test_the_runs_exercise_every_path() -> None:
 
 
 def mutate(monkeypatch: pytest.MonkeyPatch, name: str, old: str, new: str) -> None:
-    """Replace ``_verify.<name>`` by a copy of its source with ``old`` changed to ``new``."""
+    """Replace ``verify.<name>`` by a copy of its source with ``old`` changed to ``new``."""
     function = getattr(verify_module, name)
     source = textwrap.dedent(inspect.getsource(function))
-    assert source.count(old) == 1, f"{old!r} is no longer in _verify.{name}: update the mutant"
+    assert source.count(old) == 1, f"{old!r} is no longer in verify.{name}: update the mutant"
     namespace = dict(vars(verify_module))
     code = compile(
         source.replace(old, new),
@@ -457,7 +457,7 @@ _MUTANT_CONFIG = Config(
 
 
 def test_the_mutant_harness_alone_changes_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    mutate(monkeypatch, "_commit", "ticket, j)", "ticket, j)")
+    mutate(monkeypatch, "_plan", "ticket, j)", "ticket, j)")
     mutate(monkeypatch, "_check_row", "range(n + 1)", "range(n + 1)")
     simulate(0, 60, replay=False, config=_MUTANT_CONFIG)
     simulate(0, 60, replay=True, config=attrs.evolve(_MUTANT_CONFIG, replay=True))
@@ -466,13 +466,13 @@ def test_the_mutant_harness_alone_changes_nothing(monkeypatch: pytest.MonkeyPatc
 def test_a_mid_run_boundary_saved_from_the_step_end_is_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    mutate(monkeypatch, "_commit", "ticket, j)", "ticket, checked.accepted)")
+    mutate(monkeypatch, "_plan", "ticket, j)", "ticket, checked.accepted)")
     with pytest.raises(AssertionError, match="is not the state after the first"):
         simulate(0, 60, replay=False, config=_MUTANT_CONFIG)
 
 
 def test_a_recorded_rejected_draft_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    mutate(monkeypatch, "_check_row", "range(n + 1)", "range(count)")
+    mutate(monkeypatch, "_check_row", "range(n + 1)", "range(len(boundary))")
     for replay in (False, True):
         with pytest.raises(AssertionError, match="is not the state after the first"):
             simulate(0, 60, replay=replay, config=attrs.evolve(_MUTANT_CONFIG, replay=replay))
@@ -483,7 +483,7 @@ def test_a_replay_segment_that_runs_to_the_step_end_is_caught(
 ) -> None:
     mutate(
         monkeypatch,
-        "_commit",
+        "_plan",
         "ReplaySegment(position, trusted_save(",
         "ReplaySegment(checked.first + checked.accepted, trusted_save(",
     )

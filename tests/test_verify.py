@@ -146,7 +146,7 @@ def test_all_drafts_accepted_with_a_boundary_at_the_end_needs_no_replay() -> Non
         ({"first_position": 0}, InvalidArgumentError, "'first_position'"),
         ({"is_boundary": [True]}, InvalidArgumentError, "one flag per fed token"),
         ({"in_thinking": [False, False, 2, False]}, InvalidArgumentError, r"'in_thinking\[2\]'"),
-        ({"first_position": 3}, OutOfOrderError, "newest live snapshot 4"),
+        ({"first_position": 3}, OutOfOrderError, "newest live snapshot position 4"),
     ],
 )
 def test_bad_verify_steps_change_nothing(

@@ -56,8 +56,8 @@ order: read from the cursor round, the live positions ascend (rules 3, 4,
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
-from typing import final
+from collections.abc import Callable, Iterator, Sequence
+from typing import NoReturn, final
 
 import attrs
 
@@ -68,7 +68,14 @@ from .._errors import (
     check_non_negative_int,
 )
 
-__all__ = ["SsmDecodeRing", "SsmRingEntry"]
+__all__ = [
+    "SsmDecodeRing",
+    "SsmRingEntry",
+    "newest_first",
+    "newest_position",
+    "record_rows",
+    "record_ticketed",
+]
 
 # Rule 10: one counter for the process, so no two records anywhere share a
 # ticket. ``next`` on an ``itertools.count`` is atomic under the GIL. Each call
@@ -175,56 +182,8 @@ class SsmDecodeRing:
         entry if the save fails; ``entry_for(token_position)`` has the ticket
         the save carries. Rules 2-5 and 10.
         """
-        recorded = self._record(token_position)
+        recorded = record_ticketed(self, token_position)
         return None if recorded is None else recorded[0]
-
-    def _record(self, token_position: int) -> tuple[int, int] | None:
-        """``record``, returning ``(slot, ticket)``: the per-boundary path of the planners."""
-        if type(token_position) is not int or token_position < 0:  # rule 2, fast path first
-            token_position = check_non_negative_int("token_position", token_position)
-        capacity = self._capacity
-        if not capacity:
-            return None
-        if token_position <= self._newest:
-            raise OutOfOrderError(
-                f"'token_position' must be greater than the newest live snapshot "
-                f"position {self._newest}, got {token_position}; call truncate_after() "
-                f"after a rollback before recording again"
-            )
-        slot = self._cursor
-        self._cursor = slot + 1 if slot + 1 < capacity else 0
-        self._newest = token_position
-        ticket = _mint_ticket()
-        # Rule 5: the slot's owner, whoever it is, is overwritten with it.
-        try:
-            self._positions[slot] = token_position
-            self._tickets[slot] = ticket
-        except IndexError:  # the cursor's first visit to this slot
-            self._positions.append(token_position)
-            self._tickets.append(ticket)
-        return slot, ticket
-
-    @staticmethod
-    def _rows_ready(rings: list[SsmDecodeRing], positions: list[int]) -> bool:
-        """Whether every ring is enabled and every position is past its ring's newest (rule 3).
-
-        The batched step's check before ``_record_rows``, in one plain loop: a
-        slot read in a loop costs a fraction of a ``map(attrgetter)`` pass. It
-        moves each ring's newest position on to its row's as it goes, so a
-        ring named for two rows is checked at the second against the first,
-        as the per-row calls would check it (and ``_record_rows`` need not
-        set it). ``False`` puts every newest position back, as it was, and
-        sends the caller to the slow path that names the row.
-        """
-        for ring, position in zip(rings, positions, strict=True):
-            if position <= ring._newest or not ring._capacity:
-                break
-            ring._newest = position
-        else:
-            return True
-        for ring in rings:
-            ring._newest = ring._newest_live()
-        return False
 
     def _newest_live(self) -> int:
         """The newest live position from the slot table (-1 when none): what ``_newest`` caches.
@@ -237,33 +196,6 @@ class SsmDecodeRing:
             return _EMPTY
         guess = positions[self._cursor - 1]
         return guess if guess != _EMPTY else max(positions)
-
-    @staticmethod
-    def _record_rows(
-        rings: list[SsmDecodeRing], positions: list[int]
-    ) -> tuple[list[int], Sequence[int]]:
-        """``_record`` for many rings, inlined: the slots taken and the tickets minted, by row.
-
-        Only right after ``_rows_ready`` said ``True`` for these rows: every
-        ring is enabled, every position valid (rule 2) and in order (rule 3),
-        and every newest position already moved on, so nothing here can raise
-        half way through. The loop only moves each ring on (rules 4, 5 and
-        10); a ring named again later takes the next slot, as per row.
-        """
-        tickets = _mint_tickets(len(rings))
-        slots: list[int] = []
-        taken = slots.append
-        for ring, position, ticket in zip(rings, positions, tickets, strict=True):
-            slot = ring._cursor
-            taken(slot)
-            ring._cursor = slot + 1 if slot + 1 < ring._capacity else 0
-            try:
-                ring._positions[slot] = position
-                ring._tickets[slot] = ticket
-            except IndexError:  # the cursor's first visit to this slot
-                ring._positions.append(position)
-                ring._tickets.append(ticket)
-        return slots, tickets
 
     def _slot_holding(self, position: int) -> int | None:
         """The slot whose live entry is at ``position``, or ``None``."""
@@ -311,15 +243,6 @@ class SsmDecodeRing:
         ):
             if positions[slot] != _EMPTY:
                 yield slot
-
-    def _newest_first(self) -> Iterator[int]:
-        """The live positions, newest first, lazily: a rollback usually stops at the first."""
-        positions = self._positions
-        return (positions[slot] for slot in self._newest_first_slots())
-
-    def _newest_position(self) -> int:
-        """The newest live position, or -1 when none is live."""
-        return self._newest
 
     def truncate_after(self, keep_len: int) -> None:
         """Forget every snapshot after ``keep_len`` tokens (a rollback to ``keep_len``). Rule 6."""
@@ -400,6 +323,159 @@ class SsmDecodeRing:
 
 
 _EMPTY = -1  # a slot that holds no live entry
+
+
+# -- The ring's API for the rest of the core -----------------------------------------
+# Module functions rather than methods: the planners call them once per boundary or per
+# batch, and they are the only code outside the class that touches its slot tables.
+
+
+def newest_position(ring: SsmDecodeRing) -> int:
+    """The newest live position, or -1 when none is live (what rule 3 compares against)."""
+    return ring._newest
+
+
+def newest_first(ring: SsmDecodeRing) -> Iterator[int]:
+    """The live positions, newest first, lazily: a rollback usually stops at the first."""
+    positions = ring._positions
+    return (positions[slot] for slot in ring._newest_first_slots())
+
+
+def record_ticketed(ring: SsmDecodeRing, token_position: int) -> tuple[int, int] | None:
+    """``ring.record(token_position)``, returning ``(slot, ticket)``: the per-boundary path.
+
+    Rules 1-5 and 10; ``None`` on a disabled ring.
+    """
+    if type(token_position) is not int or token_position < 0:  # rule 2, fast path first
+        token_position = check_non_negative_int("token_position", token_position)
+    capacity = ring._capacity
+    if not capacity:
+        return None
+    if token_position <= ring._newest:
+        _refuse_order("'token_position'", "the ring", ring._newest, token_position)
+    slot = ring._cursor
+    ring._cursor = slot + 1 if slot + 1 < capacity else 0
+    ring._newest = token_position
+    ticket = _mint_ticket()
+    # Rule 5: the slot's owner, whoever it is, is overwritten with it.
+    try:
+        ring._positions[slot] = token_position
+        ring._tickets[slot] = ticket
+    except IndexError:  # the cursor's first visit to this slot
+        ring._positions.append(token_position)
+        ring._tickets.append(ticket)
+    return slot, ticket
+
+
+#: ``describe(j) -> (argument, owner)`` for row ``j`` of a batched record: how an error
+#: names the position (``"'positions[3]'"``) and whose ring it records into (``"row 5"``).
+RowNames = Callable[[int], tuple[str, str]]
+
+
+def record_rows(
+    rings: list[SsmDecodeRing], positions: list[int], describe: RowNames
+) -> tuple[list[int] | None, list[int], Sequence[int]]:
+    """Record ``positions[j]`` into ``rings[j]`` for every ``j``: all of them, or none.
+
+    The batched ``record`` (rules 1-5 and 10), for a step's rows. Positions
+    must already be ints ``>= 0`` (rule 2: the caller's column check). A ring
+    may be named for several rows; each row is checked against its ring as
+    the earlier rows leave it, as per-row calls would be. A position not past
+    its ring's newest raises ``OutOfOrderError`` naming ``describe(j)``, with
+    no ring changed. Rows whose ring is disabled record nothing (rule 1).
+
+    Returns ``(kept, slots, tickets)``: the rows that recorded (``None`` when
+    all of them did) and, in row order, the slot each took and its ticket.
+    """
+    if _rows_ready(rings, positions):
+        slots, tickets = _record_rows(rings, positions)
+        return None, slots, tickets
+    kept = _check_rows(rings, positions, describe)
+    rings = [rings[j] for j in kept]
+    positions = [positions[j] for j in kept]
+    if not _rows_ready(rings, positions):  # pragma: no cover - _check_rows passed them
+        raise AssertionError("rows that passed the order check were refused")
+    slots, tickets = _record_rows(rings, positions)
+    return kept, slots, tickets
+
+
+def _rows_ready(rings: list[SsmDecodeRing], positions: list[int]) -> bool:
+    """Whether every ring is enabled and every position is past its ring's newest (rule 3).
+
+    One plain loop: a slot read in a loop costs a fraction of a
+    ``map(attrgetter)`` pass. It moves each ring's newest position on to its
+    row's as it goes, so a ring named for two rows is checked at the second
+    against the first (and ``_record_rows`` need not set it). ``False`` puts
+    every newest position back, as it was, for the slow path that names the row.
+    """
+    for ring, position in zip(rings, positions, strict=True):
+        if position <= ring._newest or not ring._capacity:
+            break
+        ring._newest = position
+    else:
+        return True
+    for ring in rings:
+        ring._newest = ring._newest_live()
+    return False
+
+
+def _check_rows(rings: list[SsmDecodeRing], positions: list[int], describe: RowNames) -> list[int]:
+    """The slow path of ``record_rows``: the rows on enabled rings, or the first out of order."""
+    newest: dict[SsmDecodeRing, tuple[int, int]] = {}  # ring -> (position, j) of its last row
+    kept: list[int] = []
+    for j, (ring, position) in enumerate(zip(rings, positions, strict=True)):
+        if not ring._capacity:
+            continue  # rule 1: a disabled ring records nothing, whatever the position
+        before = newest.get(ring)
+        if before is None and position <= ring._newest:
+            argument, owner = describe(j)
+            _refuse_order(argument, owner, ring._newest, position)
+        if before is not None and position <= before[0]:
+            argument, owner = describe(j)
+            earlier_argument, earlier_owner = describe(before[1])
+            raise OutOfOrderError(
+                f"{argument} must be greater than {before[0]}, which {earlier_owner} records "
+                f"into the same ring earlier in this step ({earlier_argument}), got {position}; "
+                f"give every row its own ring"
+            )
+        newest[ring] = (position, j)
+        kept.append(j)
+    return kept
+
+
+def _refuse_order(argument: str, owner: str, newest: int, position: int) -> NoReturn:
+    """Rule 3's error: the one wording of an out-of-order record, per row or batched."""
+    raise OutOfOrderError(
+        f"{argument} must be greater than {owner}'s newest live snapshot position {newest}, "
+        f"got {position}; truncate_after() the ring after a rollback before recording again"
+    )
+
+
+def _record_rows(
+    rings: list[SsmDecodeRing], positions: list[int]
+) -> tuple[list[int], Sequence[int]]:
+    """``record_ticketed`` for many rings, inlined: the slots taken and the tickets minted.
+
+    Only right after ``_rows_ready`` said ``True`` for these rows: every ring
+    is enabled, every position valid and in order, and every newest position
+    already moved on, so nothing here can raise half way through. The loop
+    only moves each ring on (rules 4, 5 and 10); a ring named again later
+    takes the next slot, as per row.
+    """
+    tickets = _mint_tickets(len(rings))
+    slots: list[int] = []
+    taken = slots.append
+    for ring, position, ticket in zip(rings, positions, tickets, strict=True):
+        slot = ring._cursor
+        taken(slot)
+        ring._cursor = slot + 1 if slot + 1 < ring._capacity else 0
+        try:
+            ring._positions[slot] = position
+            ring._tickets[slot] = ticket
+        except IndexError:  # the cursor's first visit to this slot
+            ring._positions.append(position)
+            ring._tickets.append(ticket)
+    return slots, tickets
 
 
 def _summarise(positions: tuple[int, ...], limit: int = 8) -> str:

@@ -7,7 +7,8 @@ from typing import ClassVar, Final
 
 import attrs
 
-from .._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int
+from .._errors import InvalidArgumentError
+from . import columns
 from .effects import SsmSnapshotSave, trusted_save
 
 __all__ = ["COLUMNS", "LIVE", "SaveBatch", "int_column"]
@@ -19,21 +20,14 @@ LIVE: Final = -1
 
 
 def int_column(name: str, values: object, *, least: int = 0) -> tuple[int, ...]:
-    """``values`` as a tuple of ints ``>= least``; anything else raises naming ``name[i]``."""
-    if hasattr(values, "tolist"):  # a numpy array or a CPU torch tensor, without importing either
-        values = values.tolist()
-    if isinstance(values, str | bytes | Mapping) or not isinstance(values, Iterable):
-        raise InvalidArgumentTypeError(
-            f"'{name}' must be a sequence of ints >= {least}, got {type(values).__name__}"
-        )
-    column = tuple(values)
-    # C-speed checks first; the element loop runs only to name a bad one.
-    if column and (set(map(type, column)) != {int} or min(column) < least):
-        for i, value in enumerate(column):
-            if least < 0 and value == LIVE and type(value) is int:
-                continue
-            check_non_negative_int(f"{name}[{i}]", value)
-    return column
+    """``values`` (any iterable of ints ``>= least``, read once) as a tuple; bad ones raise."""
+    if (
+        isinstance(values, Iterable)
+        and not isinstance(values, Sequence | Mapping)
+        and not hasattr(values, "tolist")
+    ):
+        values = list(values)  # a generator, a set: read once, then checked as a column
+    return tuple(columns.int_column(name, values, least=least))
 
 
 @attrs.frozen(init=False)

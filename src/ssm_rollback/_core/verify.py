@@ -24,9 +24,11 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
-from .._errors import InvalidArgumentError, InvalidArgumentTypeError, OutOfOrderError
+from .._errors import InvalidArgumentError, InvalidArgumentTypeError
+from .columns import as_list, flag_column, int_value, one_length
 from .effects import SsmSnapshotSave, SsmStateAccept, trusted_save
-from .ring import SsmDecodeRing
+from .ring import SsmDecodeRing, record_rows
+from .rollback import check_ring
 from .save_batch import LIVE, SaveBatch
 
 __all__ = ["ReplaySegment", "VerifyBatch", "VerifyPlan", "commit_verified", "commit_verified_batch"]
@@ -95,35 +97,6 @@ class VerifyBatch:
         return (self.saves, *self.accepts)
 
 
-def _flags(name: str, values: object, count: int) -> list[bool]:
-    if hasattr(values, "tolist"):
-        values = values.tolist()
-    if isinstance(values, str | bytes | Mapping) or not isinstance(values, Sequence):
-        raise InvalidArgumentTypeError(
-            f"'{name}' must be a sequence of bools, one per fed token, got {type(values).__name__}"
-        )
-    if len(values) != count:
-        raise InvalidArgumentError(
-            f"'{name}' must have one flag per fed token ({count}), got {len(values)}"
-        )
-    for i, value in enumerate(values):
-        if type(value) is not bool and not (type(value) is int and value in (0, 1)):
-            raise InvalidArgumentTypeError(
-                f"'{name}[{i}]' must be a bool (or 0 or 1), got {value!r} of type "
-                f"{type(value).__name__}"
-            )
-    return [bool(v) for v in values]
-
-
-def _int(name: str, value: object, least: int) -> int:
-    if type(value) is not int or value < least:
-        kind = "an int" if type(value) is not int else f"an int >= {least}"
-        raise (InvalidArgumentTypeError if type(value) is not int else InvalidArgumentError)(
-            f"'{name}' must be {kind}, got {value!r}"
-        )
-    return value
-
-
 @attrs.frozen
 class _Checked:
     """One row's verify step, checked and ready to record."""
@@ -148,49 +121,74 @@ def _check_row(
     def name(single: str, column: str) -> str:
         return single if index is None else f"{column}{index}"
 
-    if type(ring) is not SsmDecodeRing:
-        raise InvalidArgumentTypeError(
-            f"'{name('ring', f'rings[{seq!r}] for rows')}' must be an SsmDecodeRing, got "
-            f"{ring!r} of type {type(ring).__name__}"
-        )
-    row = _int(name("seq", "rows"), seq, 0)
-    first = _int(name("first_position", "first_positions"), first_position, 1)
-    count = len(is_boundary) if isinstance(is_boundary, Sequence) else -1
-    if hasattr(is_boundary, "tolist"):
-        count = len(is_boundary.tolist())
-    if count < 1:
+    ring = check_ring(ring) if index is None else _row_ring(ring, seq)
+    row = int_value(name("seq", "rows"), seq, 0)
+    first = int_value(name("first_position", "first_positions"), first_position, 1)
+    boundary = _flags(name("is_boundary", "is_boundary"), is_boundary, None)
+    thinking = _flags(name("in_thinking", "in_thinking"), in_thinking, len(boundary))
+    n = int_value(name("accepted", "accepted"), accepted, 0)
+    if n > len(boundary) - 1:
         raise InvalidArgumentError(
-            f"'{name('is_boundary', 'is_boundary')}' must have one flag per fed token "
-            f"(at least one), got {is_boundary!r}"
-        )
-    boundary = _flags(name("is_boundary", "is_boundary"), is_boundary, count)
-    thinking = _flags(name("in_thinking", "in_thinking"), in_thinking, count)
-    n = _int(name("accepted", "accepted"), accepted, 0)
-    if n > count - 1:
-        raise InvalidArgumentError(
-            f"'{name('accepted', 'accepted')}' must be at most the {count - 1} drafts fed, got {n}"
+            f"'{name('accepted', 'accepted')}' must be at most the {len(boundary) - 1} drafts "
+            f"fed, got {n}"
         )
     chosen = [j for j in range(n + 1) if boundary[j] and not thinking[j]]
-    newest = ring._newest_position()
-    if chosen and ring.is_enabled and first + chosen[0] <= newest:
-        raise OutOfOrderError(
-            f"'{name('first_position', 'first_positions')}' {first} puts a boundary at "
-            f"{first + chosen[0]}, not after the newest live snapshot {newest}; "
-            f"truncate_after() the ring after a rollback"
+    return _Checked(ring, row, first, n, len(boundary), chosen)
+
+
+def _row_ring(ring: object, seq: object) -> SsmDecodeRing:
+    if type(ring) is not SsmDecodeRing:
+        raise InvalidArgumentTypeError(
+            f"'rings[{seq!r}] for rows' must be an SsmDecodeRing, got {ring!r} of type "
+            f"{type(ring).__name__}"
         )
-    return _Checked(ring, row, first, n, count, chosen)
+    return ring
 
 
-def _commit(checked: _Checked) -> VerifyPlan:
-    """Record the checked row's accepted boundaries and build its plan (rules 1-3)."""
+def _flags(name: str, values: object, count: int | None) -> list[object]:
+    """One flag per fed token (at least one); ``count`` when the length is known already."""
+    flags = flag_column(name, values)
+    if count is None and not flags:
+        raise InvalidArgumentError(
+            f"'{name}' must have one flag per fed token (at least one), got {values!r}"
+        )
+    if count is not None and len(flags) != count:
+        raise InvalidArgumentError(
+            f"'{name}' must have one flag per fed token ({count}), got {len(flags)}"
+        )
+    return flags
+
+
+def _commit(checked: list[_Checked], single: bool) -> list[VerifyPlan]:
+    """Record every checked row's accepted boundaries, all or nothing, and build the plans.
+
+    The rows' boundaries go to the ring's batched ``record_rows`` as one
+    batch, so rows that share a ring are checked against each other and a
+    refusal changes no ring (rules 1-3).
+    """
+    rings = [c.ring for c in checked for _ in c.boundaries]
+    positions = [c.first + j for c in checked for j in c.boundaries]
+    owners = [(r, j) for r, c in enumerate(checked) for j in c.boundaries]
+
+    def describe(k: int) -> tuple[str, str]:
+        r, j = owners[k]
+        column = "'first_position'" if single else f"'first_positions[{r}]'"
+        who = "the ring" if single else f"row {checked[r].seq}"
+        first = checked[r].first
+        return f"the boundary at {first + j} ({column} {first} + {j})", who
+
+    kept, slots, tickets = record_rows(rings, positions, describe)
+    recorded: list[list[tuple[int, int, int, int]]] = [[] for _ in checked]
+    recorded_rows = range(len(rings)) if kept is None else kept
+    for k, slot, ticket in zip(recorded_rows, slots, tickets, strict=True):
+        r, j = owners[k]
+        recorded[r].append((positions[k], slot, ticket, j))
+    return [_plan(c, rows) for c, rows in zip(checked, recorded, strict=True)]
+
+
+def _plan(checked: _Checked, recorded: list[tuple[int, int, int, int]]) -> VerifyPlan:
+    """One row's plan from what its ring recorded: ``(position, slot, ticket, index)``."""
     ring, seq = checked.ring, checked.seq
-    recorded: list[tuple[int, int, int, int]] = []  # (position, slot, ticket, source)
-    for j in checked.boundaries:
-        position = checked.first + j
-        minted = ring._record(position)
-        if minted is None:  # a disabled ring records nothing
-            break
-        recorded.append((position, *minted, j))
     # A step that accepts more boundaries than the ring has slots evicts its own
     # early ones: only the entries still live get a save (one per slot).
     live = {
@@ -235,7 +233,8 @@ def commit_verified(
     ``accepted`` is ``n``, the drafts the target accepted. Everything is
     checked before the ring changes.
     """
-    return _commit(_check_row(ring, None, seq, first_position, accepted, is_boundary, in_thinking))
+    checked = _check_row(ring, None, seq, first_position, accepted, is_boundary, in_thinking)
+    return _commit([checked], single=True)[0]
 
 
 def commit_verified_batch(
@@ -254,21 +253,18 @@ def commit_verified_batch(
     before any ring changes; a bad one raises naming its index.
     """
     columns = {
-        "first_positions": _as_list("first_positions", first_positions),
-        "accepted": _as_list("accepted", accepted),
-        "is_boundary": _as_list("is_boundary", is_boundary),
-        "in_thinking": _as_list("in_thinking", in_thinking),
+        "first_positions": as_list("first_positions", first_positions, "ints, one per row")[0],
+        "accepted": as_list("accepted", accepted, "ints, one per row")[0],
+        "is_boundary": as_list("is_boundary", is_boundary, "flag sequences, one per row")[0],
+        "in_thinking": as_list("in_thinking", in_thinking, "flag sequences, one per row")[0],
     }
     count = len(columns["first_positions"])
     row_list = (
         list(range(count))
         if rows is None
-        else [_int(f"rows[{r}]", v, 0) for r, v in enumerate(_as_list("rows", rows))]
+        else [int_value(f"rows[{r}]", v, 0) for r, v in enumerate(as_list("rows", rows)[0])]
     )
-    columns["rows"] = list(row_list)
-    lengths = {name: len(values) for name, values in columns.items()}
-    if len(set(lengths.values())) > 1:
-        raise InvalidArgumentError(f"the step's columns must have one length, got {lengths}")
+    one_length({**{name: len(values) for name, values in columns.items()}, "rows": len(row_list)})
     if len(set(row_list)) != count:
         raise InvalidArgumentError(f"'rows' must name each row once, got {row_list}")
     checked = []
@@ -291,7 +287,7 @@ def commit_verified_batch(
                 columns["in_thinking"][r],
             )
         )
-    plans = tuple(_commit(c) for c in checked)
+    plans = tuple(_commit(checked, single=False))
     saves = [save for plan in plans for save in plan.saves]
     batch = SaveBatch._trusted(
         [s.seq for s in saves],
@@ -302,13 +298,3 @@ def commit_verified_batch(
     )
     accepts = tuple(SsmStateAccept(plan.seq, plan.accepted) for plan in plans)
     return VerifyBatch(batch, accepts, plans)
-
-
-def _as_list(name: str, values: object) -> list[object]:
-    if hasattr(values, "tolist"):
-        values = values.tolist()
-    if isinstance(values, str | bytes | Mapping) or not isinstance(values, Sequence):
-        raise InvalidArgumentTypeError(
-            f"'{name}' must be a sequence, one entry per row, got {type(values).__name__}"
-        )
-    return list(values)

@@ -6,17 +6,16 @@ and ``shard_pool``; this module holds their arithmetic.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 import attrs
 import torch
 
 from .._errors import InvalidArgumentError, InvariantError, check_non_negative_int
 from ..backends.torch import TorchSnapshotPool
-from ..reserve import state_spec_from_hf_config
+from ..reserve import config_fields, state_spec_from_hf_config
+from ..reserve._families import MAMBA2_GROUPS
 
 __all__ = ["Config", "shard_live_states", "shard_of", "shard_pool"]
 
@@ -32,37 +31,12 @@ class _Segment:
     groups: int = 0  # > 0: ``groups`` groups, replicated when they do not divide tp_size
 
 
-def _fields(config: Config) -> Mapping[str, object]:
-    if isinstance(config, Mapping):
-        return config
-    path = Path(config)
-    if path.is_dir():
-        path = path / "config.json"
-    loaded: dict[str, object] = json.loads(path.read_text(encoding="utf-8"))
-    return loaded
-
-
-def _groups(config: Mapping[str, object]) -> int:
-    for name in ("n_groups", "mamba_n_groups", "mamba_ngroups"):
-        value = config.get(name)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    return 1
-
-
-def _key_heads(config: Mapping[str, object]) -> int:
-    value = config.get("linear_num_key_heads")
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise InvalidArgumentError(
-            f"config field 'linear_num_key_heads' must be an int >= 1, got {value!r}"
-        )
-    return value
-
-
 def _segments(config: Config, tensor: str) -> tuple[str, list[_Segment]]:
     """The model's layer kind and the segments of ``tensor``'s first per-sequence dim."""
     spec = state_spec_from_hf_config(config)  # checks the config before anything reads it
-    fields = _fields(config)
+    # Read as sizing reads them: a field the config omits takes the model type's default
+    # (Nemotron-H's n_groups is 8), so shards and sizes never disagree.
+    fields = config_fields(config)
     layer = spec.layers[0]
     shapes = {t.name: t.shape for t in layer.tensors}
     if tensor not in shapes:
@@ -71,14 +45,14 @@ def _segments(config: Config, tensor: str) -> tuple[str, list[_Segment]]:
         )
     channels = shapes[tensor][0]
     if layer.kind == "mamba2" and tensor == "conv":
-        groups = _groups(fields)
+        groups = fields.int(*MAMBA2_GROUPS)
         state = shapes["ssm"][2]
         inner = channels - 2 * groups * state
         # x, then B and C: one state-sized block per group each
         return layer.kind, [_Segment(inner), *[_Segment(groups * state, groups)] * 2]
     if layer.kind == "gated_delta_net" and tensor == "conv":
         heads, key_dim, value_dim = shapes["recurrent"]
-        keys = _key_heads(fields) * key_dim
+        keys = fields.int("linear_num_key_heads") * key_dim
         return layer.kind, [_Segment(keys), _Segment(keys), _Segment(heads * value_dim)]
     return layer.kind, [_Segment(channels)]
 

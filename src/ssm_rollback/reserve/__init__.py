@@ -61,6 +61,24 @@ SUPPORTED_MODEL_TYPES: Final = tuple(sorted(MODEL_TYPES))
 LAYOUTS: Final[tuple[str, ...]] = get_args(Layout)
 
 
+def config_fields(config: Mapping[str, object] | str | os.PathLike[str]) -> Fields:
+    """The config's fields as sizing reads them: normalised, with the model type's defaults.
+
+    For code that splits state the way sizing sized it (the tensor-parallel
+    shard helpers): a field the config leaves out takes the same
+    ``transformers`` class default here as in ``state_spec_from_hf_config``.
+    Not part of the public surface.
+    """
+    data = normalize(load(config))
+    model_type = data.get("model_type")
+    if not isinstance(model_type, str) or model_type not in MODEL_TYPES:
+        raise InvalidArgumentError(
+            f"config field 'model_type' must be one of {', '.join(SUPPORTED_MODEL_TYPES)}, "
+            f"got {model_type!r}"
+        )
+    return Fields(data, model_type, DEFAULTS.get(model_type, {}))
+
+
 def state_spec_from_hf_config(
     config: Mapping[str, object] | str | os.PathLike[str],
     *,

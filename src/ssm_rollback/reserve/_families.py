@@ -21,7 +21,7 @@ from .._errors import InvalidArgumentError
 from ._fields import Fields, divide
 from ._spec import LayerKind, StateTensorSpec
 
-__all__ = ["FAMILIES", "MixerShape", "layer_tensors"]
+__all__ = ["FAMILIES", "MAMBA2_GROUPS", "MixerShape", "layer_tensors"]
 
 #: A causal conv of width 1 keeps no past columns: the engines would hold an empty state.
 MIN_CONV_KERNEL: Final = 2
@@ -67,6 +67,10 @@ _MAMBA2_FIELDS: Final[Mapping[str, tuple[str, ...]]] = {
     "kernel": ("conv_kernel", "mamba_d_conv"),
     "expand": ("mamba_expand", "expand"),
 }
+
+
+#: The names a config gives the Mamba-2 group count, in the order sizing reads them.
+MAMBA2_GROUPS: Final = _MAMBA2_FIELDS["groups"]
 
 
 def _mamba2_width(f: Fields, width: Width, heads: int, head_dim: int) -> int:

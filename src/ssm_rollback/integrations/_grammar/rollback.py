@@ -2,9 +2,9 @@
 
 The order is what makes it a transaction:
 
-1. Plan without moving: the boundary the ring can reach (``tokens_dropped``),
-   the restore it needs, the KV crop (checked, not run). A model-side
-   shortfall is the ``RollbackDeclined`` of ``rollback_to_boundary``.
+1. Plan without moving (``plan_rollback``): the boundary the ring can reach
+   (``tokens_dropped``), the restore it needs, the KV crop (checked, not
+   run). A model-side shortfall is its ``RollbackDeclined``.
 2. Ask the matcher: ``rollback_limit < tokens_dropped`` is a
    ``MatcherDeclined``, and nothing moved.
 3. Check that the pool slot holds the restore's ticket (a stale slot raises
@@ -13,7 +13,8 @@ The order is what makes it a transaction:
    gave back some tokens before raising gets them back.
 5. Restore the snapshot. If the pool raises (it copies nothing when it
    does), the matcher takes the dropped tokens again, and the error goes on.
-6. Crop the KV (checked in 1), then truncate the ring (``rollback_to_boundary``).
+6. Crop the KV (checked in 1), then commit the plan to the ring
+   (``commit_rollback``, which cannot fail: nothing moved the ring since 1).
 """
 
 from __future__ import annotations
@@ -22,22 +23,15 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
-from ..._core.effects import SsmSnapshotRestore
-from ..._core.ring import SsmDecodeRing
+from ... import SsmDecodeRing, SsmSnapshotRestore
 from ..._errors import (
-    InvalidArgumentError,
     InvalidArgumentTypeError,
     InvariantError,
     StaleSnapshotError,
     check_non_negative_int,
 )
 from ...pool import SnapshotPool
-from ...rollback import (
-    RollbackDeclined,
-    RollbackPlan,
-    find_last_boundary_with_snapshot,
-    rollback_to_boundary,
-)
+from ...rollback import RollbackDeclined, RollbackPlan, commit_rollback, plan_rollback
 from .matchers import GrammarMatcher
 
 __all__ = ["CropPlanner", "MatcherDeclined", "rollback_with_grammar"]
@@ -116,42 +110,31 @@ def _transact(
     crop: CropPlanner | None,
 ) -> RollbackPlan | RollbackDeclined | MatcherDeclined:
     """``rollback_with_grammar``, also without a matcher (the decoders' plain rollbacks)."""
-    seq = check_non_negative_int("seq", seq)
     current_len = _check_inputs(tokens, pool, crop)
-    target = _hybrid_target(ring, boundaries, current_len, at_most) if hybrid is True else None
-    if target is None:
-        # A decline (which changes nothing), a bad argument, or the pure-attention plan,
-        # which leaves the ring alone.
-        plan = rollback_to_boundary(
-            ring, boundaries, seq=seq, current_len=current_len, at_most=at_most, hybrid=hybrid
-        )
-        if isinstance(plan, RollbackDeclined):
-            return plan
-        assert not hybrid, "rollback_to_boundary found a boundary the search did not"
-        target = plan.keep_len
-    dropped = current_len - target
+    plan = plan_rollback(
+        ring, boundaries, seq=seq, current_len=current_len, at_most=at_most, hybrid=hybrid
+    )
+    if isinstance(plan, RollbackDeclined):
+        return plan
     if matcher is not None:
         limit = _matcher_limit(matcher)
-        if limit < dropped:
-            return MatcherDeclined(seq, dropped, limit)
-    restore = _restore_for(ring, seq, target, pool) if hybrid else None
-    cut = None if crop is None else _plan_cut(crop, target)
-    _move_matcher(matcher, dropped, tokens)
-    if restore is not None and pool is not None:
+        if limit < plan.tokens_dropped:
+            return MatcherDeclined(plan.seq, plan.tokens_dropped, limit)
+    restores = list(plan.effects) if pool is not None else []
+    for restore in restores:
+        _check_held(pool, restore)
+    cut = None if crop is None else _plan_cut(crop, plan.keep_len)
+    _move_matcher(matcher, plan.tokens_dropped, tokens)
+    if restores:
+        assert pool is not None
         try:
-            pool.restore([restore])
+            pool.restore(restores)
         except BaseException as error:
-            _reaccept(matcher, tokens[target:], error)
+            _reaccept(matcher, tokens[plan.keep_len :], error)
             raise
     if cut is not None:
         cut()
-    if not hybrid:
-        return RollbackPlan(seq, target, dropped, ())
-    plan = rollback_to_boundary(
-        ring, boundaries, seq=seq, current_len=current_len, at_most=at_most, hybrid=True
-    )
-    if not isinstance(plan, RollbackPlan) or plan.keep_len != target:
-        raise InvariantError(f"the ring's rollback went to {plan}, not to the planned {target}")
+    commit_rollback(ring, plan)
     return plan
 
 
@@ -188,47 +171,16 @@ def _plan_cut(crop: CropPlanner, target: int) -> Callable[[], None]:
     return cut
 
 
-def _hybrid_target(
-    ring: SsmDecodeRing, boundaries: Sequence[int], current_len: int, at_most: int | None
-) -> int | None:
-    """The boundary ``rollback_to_boundary`` would pick, found without truncating the ring.
-
-    Checks what it would check, so that the commit at the end cannot raise.
-    """
-    if at_most is not None:
-        at_most = check_non_negative_int("at_most", at_most)
-    limit = current_len if at_most is None else min(at_most, current_len)
-    target = find_last_boundary_with_snapshot(ring, boundaries, at_most=limit)
-    if target is None:
-        return None
-    last = check_non_negative_int(f"boundaries[{len(boundaries) - 1}]", boundaries[-1])
-    if last > current_len:
-        raise InvalidArgumentError(
-            f"'boundaries' must all be <= current_len {current_len}, got a last boundary of {last}"
+def _check_held(pool: SnapshotPool | None, restore: SsmSnapshotRestore) -> None:
+    """The pool slot holds the restore's ticket: the one check a restore makes, before
+    anything moves (the pool would refuse it too, but only after the matcher moved)."""
+    assert pool is not None
+    held = pool.stored_ticket(restore.seq, restore.slot)
+    if held != restore.ticket:
+        raise StaleSnapshotError(
+            f"pool slot ({restore.seq}, {restore.slot}) must hold ticket {restore.ticket} "
+            f"(position {restore.token_position}) to roll back, got {held}; nothing was moved"
         )
-    newest = ring.snapshot_positions()[-1]
-    if newest > current_len:
-        raise InvalidArgumentError(
-            f"'tokens' must be at least as long as every live snapshot position, got "
-            f"{current_len} tokens while the ring holds {newest}"
-        )
-    return target
-
-
-def _restore_for(
-    ring: SsmDecodeRing, seq: int, target: int, pool: SnapshotPool | None
-) -> SsmSnapshotRestore:
-    entry = ring.entry_for(target)
-    assert entry is not None  # the search only finds live positions
-    restore = SsmSnapshotRestore(seq, entry.snapshot_slot, target, entry.ticket)
-    if pool is not None:
-        held = pool.stored_ticket(seq, entry.snapshot_slot)
-        if held != entry.ticket:
-            raise StaleSnapshotError(
-                f"pool slot ({seq}, {entry.snapshot_slot}) must hold ticket {entry.ticket} "
-                f"(position {target}) to roll back, got {held}; nothing was moved"
-            )
-    return restore
 
 
 def _move_matcher(matcher: GrammarMatcher | None, dropped: int, tokens: Sequence[int]) -> None:

@@ -18,7 +18,7 @@ from transformers.cache_utils import (
     LinearAttentionCacheLayerMixin,
 )
 
-from ..._core.effect_dict import SaveBatch, SsmSnapshotRestore, SsmSnapshotSave
+from ... import SaveBatch, SsmSnapshotRestore, SsmSnapshotSave
 from ..._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int
 from ...backends.torch import TorchSnapshotPool
 from ...pool import SaveOutcome

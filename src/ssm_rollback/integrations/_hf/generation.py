@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 import attrs
 import torch
 
-from ..._core.ring import SsmDecodeRing
+from ... import SsmDecodeRing
 from ..._errors import InvalidArgumentTypeError, check_non_negative_int
 from ...rollback import RollbackDeclined, RollbackPlan, snapshot_boundary_if_ssm
 from .._grammar.rollback import _transact

@@ -20,9 +20,9 @@ from typing import final
 import attrs
 import torch
 
-from ..._core.ring import SsmDecodeRing
-from ..._core.verify import commit_verified
+from ... import SsmDecodeRing
 from ..._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int
+from ...rollback import commit_verified
 from .decoding import GenerationResult, _Counts, pad_id, pad_rows, pick, prompt_rows
 from .stream import TokenPredicate, _Stream, as_predicate, eos_ids, text_vocab_size
 

@@ -19,8 +19,7 @@ from typing import final
 import torch
 from transformers.cache_utils import Cache, LinearAttentionCacheLayerMixin
 
-from ..._core.effects import SsmSnapshotRestore, SsmSnapshotSave
-from ..._core.ring import SsmDecodeRing
+from ... import SsmDecodeRing, SsmSnapshotRestore, SsmSnapshotSave
 from ..._errors import InvalidArgumentError, InvalidArgumentTypeError
 from ...pool import apply_effects
 from .cache_pool import HybridCacheSnapshotPool

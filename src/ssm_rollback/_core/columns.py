@@ -1,0 +1,103 @@
+"""Columns: the one coercion of a batched argument into a plain list, checked once.
+
+A batched call takes each argument as a column - a Python sequence, an
+``array.array``, or anything with ``tolist()`` (numpy arrays, CPU torch
+tensors: the core imports neither). Every batched entry point turns its
+columns into plain lists here, checks them at C speed (``set(map(type,
+...))``, ``min``; a per-element loop only to name a bad element), and
+trusts them afterwards. A bad column raises naming the argument, or the
+element (``name[i]``), and nothing has changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import cast
+
+from .._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int
+
+__all__ = ["as_list", "flag_column", "int_column", "int_value", "one_length"]
+
+# Element types a typed array's ``tolist()`` is known to give, by its dtype
+# (numpy, torch) or typecode (``array.array``): a column of one of these skips
+# the per-element type scan.
+_INT_TYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+_KNOWN_TYPES: dict[str, type] = {
+    **dict.fromkeys(_INT_TYPES, int),
+    **{f"torch.{name}": int for name in _INT_TYPES},
+    **dict.fromkeys("bBhHiIlLqQ", int),
+    "bool": bool,
+    "torch.bool": bool,
+}
+
+
+def as_list(name: str, values: object, what: str = "values") -> tuple[list[object], type | None]:
+    """The column as a list, and the type every element is known to have (or ``None``).
+
+    ``what`` says what the elements are, for the message when ``values`` is no
+    sequence at all (a ``str``, ``bytes`` or a mapping is not a column).
+    """
+    known = None
+    if hasattr(values, "tolist"):  # numpy arrays, CPU torch tensors, array.array
+        dtype = getattr(values, "dtype", None) or getattr(values, "typecode", None)
+        known = _KNOWN_TYPES.get(str(dtype))
+        values = values.tolist()
+    if isinstance(values, str | bytes | Mapping) or not isinstance(values, Sequence):
+        raise InvalidArgumentTypeError(
+            f"'{name}' must be a sequence of {what} (a list, an array.array, or an array with "
+            f"tolist()), got {type(values).__name__}"
+        )
+    if type(values) is not list:
+        return list(values), None
+    return values, known
+
+
+def int_column(name: str, values: object, *, least: int = 0) -> list[int]:
+    """``values`` as a list of ints ``>= least`` (``least`` is 0 or -1); else raise naming it."""
+    column, known = as_list(name, values, f"ints >= {least}")
+    # C-speed checks (none per element for an integer array); the element loop
+    # runs only to name a bad one.
+    if not column or (
+        (known is int or set(map(type, column)) == {int}) and min(cast(list[int], column)) >= least
+    ):
+        return cast(list[int], column)
+    for i, value in enumerate(column):
+        if least < 0 and type(value) is int and least <= value < 0:
+            continue
+        check_non_negative_int(f"{name}[{i}]", value)
+    raise AssertionError("an int column failed its check but no element did")  # pragma: no cover
+
+
+def flag_column(name: str, values: object) -> list[object]:
+    """``values`` as a list of bools (or 0 and 1: ``array.array`` and some integer tensors
+    cannot hold bools); anything else raises naming the element."""
+    column, known = as_list(name, values, "bools")
+    if known is bool:
+        return column
+    types = set(map(type, column))
+    if types and types != {bool} and not (types <= {bool, int} and set(column) <= {0, 1}):
+        for i, value in enumerate(column):
+            if type(value) not in (bool, int) or value not in (0, 1):
+                raise InvalidArgumentTypeError(
+                    f"'{name}[{i}]' must be a bool (or 0 or 1), got {value!r} of type "
+                    f"{type(value).__name__}"
+                )
+    return column
+
+
+def int_value(name: str, value: object, least: int = 0) -> int:
+    """One int argument ``>= least``; a bool, a float or a smaller int raises naming it."""
+    if type(value) is not int or value < least:
+        if type(value) is not int:
+            raise InvalidArgumentTypeError(
+                f"'{name}' must be an int >= {least}, got {value!r} of type {type(value).__name__}"
+            )
+        raise InvalidArgumentError(f"'{name}' must be an int >= {least}, got {value!r}")
+    return value
+
+
+def one_length(lengths: Mapping[str, int]) -> int:
+    """The columns' common length; columns of different lengths raise, listing them."""
+    if len(set(lengths.values())) > 1:
+        raise InvalidArgumentError(f"the step's columns must have one length, got {dict(lengths)}")
+    return next(iter(lengths.values()), 0)

@@ -1,0 +1,166 @@
+"""Rollback in two steps: ``plan_rollback`` decides and changes nothing, ``commit_rollback``
+truncates the ring to the plan; the grammar transaction plans once and commits that plan."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ssm_rollback import (
+    InvalidArgumentError,
+    OutOfOrderError,
+    RollbackDeclined,
+    RollbackPlan,
+    SsmDecodeRing,
+    StaleSnapshotError,
+    commit_rollback,
+    commit_verified_batch,
+    plan_rollback,
+    rollback_to_boundary,
+)
+from ssm_rollback._core import rollback as core_rollback
+from ssm_rollback.backends.fake import FakeSnapshotPool
+
+
+def _ring(capacity: int, positions: list[int]) -> SsmDecodeRing:
+    ring = SsmDecodeRing(capacity)
+    for position in positions:
+        ring.record(position)
+    return ring
+
+
+@given(
+    capacity=st.integers(0, 4),
+    recorded=st.lists(st.integers(0, 40), max_size=8, unique=True).map(sorted),
+    extra=st.lists(st.integers(0, 40), max_size=6),
+    at_most=st.none() | st.integers(0, 45),
+    hybrid=st.booleans(),
+)
+def test_plan_then_commit_is_rollback_to_boundary(
+    capacity: int, recorded: list[int], extra: list[int], at_most: int | None, hybrid: bool
+) -> None:
+    boundaries = sorted(set(recorded) | set(extra))
+    current_len = max(boundaries, default=0) + 3
+    planned, direct = _ring(capacity, recorded), _ring(capacity, recorded)
+    before = planned.entries
+    plan = plan_rollback(
+        planned, boundaries, seq=1, current_len=current_len, at_most=at_most, hybrid=hybrid
+    )
+    assert planned.entries == before  # the plan moved nothing
+    expected = rollback_to_boundary(
+        direct, boundaries, seq=1, current_len=current_len, at_most=at_most, hybrid=hybrid
+    )
+    assert type(plan) is type(expected)
+    if isinstance(plan, RollbackPlan):
+        assert isinstance(expected, RollbackPlan)
+        assert (plan.keep_len, plan.tokens_dropped) == (expected.keep_len, expected.tokens_dropped)
+        assert [(e.slot, e.token_position) for e in plan.effects] == [
+            (e.slot, e.token_position) for e in expected.effects
+        ]
+        commit_rollback(planned, plan)
+    assert planned.snapshot_positions() == direct.snapshot_positions()
+    assert planned.next_slot == direct.next_slot
+
+
+def test_a_plan_the_ring_no_longer_fits_is_refused_and_changes_nothing() -> None:
+    ring = _ring(2, [3, 6])
+    plan = plan_rollback(ring, [3, 6], seq=0, current_len=8)
+    assert isinstance(plan, RollbackPlan)
+    assert plan.keep_len == 6
+    ring.truncate_after(3)
+    ring.record(6)  # the same position again: a new snapshot, a new ticket
+    before = ring.entries
+    with pytest.raises(StaleSnapshotError, match="'plan' must still fit the ring"):
+        commit_rollback(ring, plan)
+    assert ring.entries == before
+
+
+def test_another_rings_plan_is_refused() -> None:
+    ring, other = _ring(2, [3, 6]), _ring(2, [3, 6])
+    plan = plan_rollback(other, [3, 6], seq=0, current_len=8)
+    assert isinstance(plan, RollbackPlan)
+    with pytest.raises(StaleSnapshotError):
+        commit_rollback(ring, plan)
+    assert ring.snapshot_positions() == (3, 6)
+
+
+@pytest.mark.parametrize(
+    "plan", [None, RollbackDeclined(0, core_rollback.DeclineReason.NO_BOUNDARY)]
+)
+def test_commit_takes_only_a_plan(plan: object) -> None:
+    ring = _ring(2, [3])
+    with pytest.raises(InvalidArgumentError, match="'plan' must be a RollbackPlan"):
+        commit_rollback(ring, plan)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="'ring' must be an SsmDecodeRing"):
+        commit_rollback(None, plan)  # type: ignore[arg-type]
+
+
+def test_a_pure_attention_plan_commits_without_touching_the_ring() -> None:
+    ring = _ring(2, [3, 6])
+    plan = plan_rollback(ring, [2, 5], seq=0, current_len=8, hybrid=False)
+    assert isinstance(plan, RollbackPlan)
+    assert (plan.keep_len, plan.effects) == (5, ())
+    commit_rollback(ring, plan)
+    assert ring.snapshot_positions() == (3, 6)
+
+
+def test_the_grammar_transaction_searches_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """It plans, moves, then commits that plan: the boundary search runs once."""
+    pytest.importorskip("torch")
+    from ssm_rollback.integrations.grammar import rollback_with_grammar
+
+    searches = []
+    search = core_rollback._find
+    monkeypatch.setattr(core_rollback, "_find", lambda *a: searches.append(a) or search(*a))
+
+    class Matcher:
+        vocab_size = 16
+        rollback_limit = 10
+
+        def rollback(self, n: int) -> None:
+            self.rollback_limit -= n
+
+        def accept_token(self, token: int) -> bool:
+            return True
+
+        def fill_next_token_bitmask(self, bitmask: object, index: int = 0) -> None:
+            pass
+
+        def is_terminated(self) -> bool:
+            return False
+
+    ring = _ring(2, [3, 6])
+    pool = FakeSnapshotPool(1, 2)
+    pool.live[0] = "after 3"
+    pool.save([ring_save(ring, 3)])
+    plan = rollback_with_grammar(ring, [3], Matcher(), seq=0, tokens=[1] * 8, pool=pool)
+    assert isinstance(plan, RollbackPlan)
+    assert plan.keep_len == 3
+    assert len(searches) == 1
+    assert ring.snapshot_positions() == (3,)
+    assert pool.live[0] == "after 3"
+
+
+def ring_save(ring: SsmDecodeRing, position: int) -> object:
+    from ssm_rollback import SsmSnapshotSave
+
+    entry = ring.entry_for(position)
+    assert entry is not None
+    return SsmSnapshotSave(0, entry.snapshot_slot, position, entry.ticket)
+
+
+def test_a_verify_batch_whose_rows_share_a_ring_is_atomic() -> None:
+    """Two rows on one ring, the second behind the first: refused, and no ring changed."""
+    shared = SsmDecodeRing(4)
+    rings = {0: shared, 1: shared}
+    with pytest.raises(OutOfOrderError, match="row 0 records into the same ring"):
+        commit_verified_batch(
+            rings,
+            first_positions=[5, 2],
+            accepted=[0, 0],
+            is_boundary=[[True], [True]],
+            in_thinking=[[False], [False]],
+        )
+    assert shared.entries == ()
+    shared.check_valid()

@@ -1,0 +1,39 @@
+"""The tensor-parallel shard helpers split state exactly as sizing sized it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ssm_rollback.distributed import shard_of
+from ssm_rollback.reserve import state_spec_from_hf_config
+
+# A small Nemotron-H whose config leaves n_groups out: NemotronHConfig's default is 8.
+_NEMOTRON_H: dict[str, object] = {
+    "model_type": "nemotron_h",
+    "num_hidden_layers": 2,
+    "hybrid_override_pattern": "M*",
+    "hidden_size": 64,
+    "mamba_num_heads": 16,
+    "mamba_head_dim": 4,
+    "ssm_state_size": 4,
+    "conv_kernel": 4,
+    "torch_dtype": "float32",
+}
+
+
+@pytest.mark.parametrize("tp_size", [2, 4, 8])
+def test_a_config_without_n_groups_shards_with_the_model_types_default(tp_size: int) -> None:
+    """Shards of a config without ``n_groups`` are those of the same config naming the
+    default (8), and each has the width ``state_spec_from_hf_config`` sizes per rank."""
+    explicit = {**_NEMOTRON_H, "n_groups": 8}
+    full_spec = state_spec_from_hf_config(_NEMOTRON_H, layout="transformers")
+    conv_channels = {t.name: t.shape for t in full_spec.layers[0].tensors}["conv"][0]
+    full = torch.arange(3 * conv_channels * 5).reshape(3, conv_channels, 5)
+    rank_spec = state_spec_from_hf_config(_NEMOTRON_H, tp_size=tp_size)
+    rank_channels = {t.name: t.shape for t in rank_spec.layers[0].tensors}["conv"][0]
+    for rank in range(tp_size):
+        shard = shard_of(full, _NEMOTRON_H, tensor="conv", rank=rank, tp_size=tp_size, dim=1)
+        named = shard_of(full, explicit, tensor="conv", rank=rank, tp_size=tp_size, dim=1)
+        assert torch.equal(shard, named)
+        assert shard.shape[1] == rank_channels
