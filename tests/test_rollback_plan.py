@@ -13,6 +13,7 @@ from ssm_rollback import (
     RollbackDeclined,
     RollbackPlan,
     SsmDecodeRing,
+    SsmSnapshotSave,
     StaleSnapshotError,
     commit_rollback,
     commit_verified_batch,
@@ -110,9 +111,14 @@ def test_the_grammar_transaction_searches_once(monkeypatch: pytest.MonkeyPatch) 
     pytest.importorskip("torch")
     from ssm_rollback.integrations.grammar import rollback_with_grammar
 
-    searches = []
+    searches: list[object] = []
     search = core_rollback._find
-    monkeypatch.setattr(core_rollback, "_find", lambda *a: searches.append(a) or search(*a))
+
+    def counted(*arguments: object) -> int | None:
+        searches.append(arguments)
+        return search(*arguments)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(core_rollback, "_find", counted)
 
     class Matcher:
         vocab_size = 16
@@ -142,9 +148,7 @@ def test_the_grammar_transaction_searches_once(monkeypatch: pytest.MonkeyPatch) 
     assert pool.live[0] == "after 3"
 
 
-def ring_save(ring: SsmDecodeRing, position: int) -> object:
-    from ssm_rollback import SsmSnapshotSave
-
+def ring_save(ring: SsmDecodeRing, position: int) -> SsmSnapshotSave:
     entry = ring.entry_for(position)
     assert entry is not None
     return SsmSnapshotSave(0, entry.snapshot_slot, position, entry.ticket)
