@@ -3,6 +3,7 @@
     python benchmarks/pool_bench.py                  # CPU, the full run
     python benchmarks/pool_bench.py --device cuda    # on a GPU
     python benchmarks/pool_bench.py --smoke          # a quick pass that only checks it runs
+    python benchmarks/pool_bench.py --baseline-rev REV    # + today's pool against REV's
 
 The state is shaped like a scaled-down Nemotron-H layer stack: per Mamba-2
 layer a conv state ``[conv_dim, conv_kernel - 1]`` and an SSM state
@@ -30,6 +31,21 @@ region each (docs/torch-pool.md says why).
 It prints b/a (the speed-up over the loop), c/a (how close to the limit; 1.0
 means as fast as a plain contiguous copy) and the achieved GB/s (bytes of
 state copied per second).
+
+Then the host's bookkeeping alone: ``apply_effects(pool, [batch], rings)``
+of a 1,024-row ``SaveBatch`` built by ``snapshot_boundaries`` over 1,024
+``SsmDecodeRing`` s (every row at a boundary), and ``pool.save(batch)``
+alone, on a pool whose live state is one float32 ``[1024, 4]`` tensor: 16
+bytes a row, so the copy costs next to nothing. Every timed call applies a fresh
+batch (ascending positions), built before its clock starts; ns per row,
+the median of the calls, the libraries' calls alternating.
+
+``--baseline-rev REV`` also times the library as it was at git revision
+``REV`` (extracted with ``git archive`` into a temporary folder and imported
+beside this one, see ``_baseline.py``), interleaved with today's in the same
+run: the host's bookkeeping above, and ``TorchSnapshotPool.save`` /
+``restore`` of the same rows of the same live tensors for each batch size
+and share of rows; it prints today's time over the baseline's.
 """
 
 from __future__ import annotations
@@ -40,10 +56,19 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 
 import torch
 
-from ssm_rollback import SsmSnapshotRestore, SsmSnapshotSave
+from _baseline import TODAY, Baseline, Library, baseline_package
+from ssm_rollback import (
+    SaveBatch,
+    SsmDecodeRing,
+    SsmSnapshotRestore,
+    SsmSnapshotSave,
+    apply_effects,
+    snapshot_boundaries,
+)
 from ssm_rollback.backends.torch import TorchSnapshotPool
 
 SLOTS = 2
@@ -130,6 +155,114 @@ def bench(batch: int, fraction: float, args: argparse.Namespace) -> dict[str, fl
     return medians
 
 
+def compare(
+    base: Baseline, batch: int, fractions: list[float], args: argparse.Namespace
+) -> list[tuple[int, dict[str, float]]]:
+    """Today's ``save`` / ``restore`` against the baseline's, interleaved: (rows, medians) each.
+
+    Both pools are built over the same live tensors and copy the same random
+    rows as ``bench``; their effects are made from each one's own classes.
+    """
+    batch_dim = 1 if args.layout == "stacked" else 0
+    live = make_live(batch, args.layout, args.device, args.dtype)
+    libraries: tuple[Library, ...] = (TODAY, base)
+    pools = [
+        lib.take(TorchSnapshotPool, "backends.torch")(live, SLOTS, batch_dim=batch_dim)
+        for lib in libraries
+    ]
+    results = []
+    for fraction in fractions:
+        generator = torch.Generator().manual_seed(batch)
+        count = max(1, round(batch * fraction))
+        order = torch.randperm(batch, generator=generator)[:count].tolist()
+        runs: dict[str, Callable[[], object]] = {}
+        for lib, pool in zip(libraries, pools, strict=True):
+            save, restore = lib.take(SsmSnapshotSave), lib.take(SsmSnapshotRestore)
+            runs[f"save {lib.label}"] = partial(
+                pool.save, [save(seq, seq % SLOTS, 1, seq + 1) for seq in order]
+            )
+            runs[f"restore {lib.label}"] = partial(
+                pool.restore, [restore(seq, seq % SLOTS, 1, seq + 1) for seq in order]
+            )
+        for run in runs.values():  # warm up; every slot then holds what the restores want
+            run()
+        names = list(runs)
+        times: dict[str, list[float]] = {name: [] for name in names}
+        for r in range(args.rounds):
+            for name in names[r % len(names) :] + names[: r % len(names)]:  # rotating order
+                times[name].append(timed(args.device, runs[name]))
+        results.append((count, {name: statistics.median(ts) for name, ts in times.items()}))
+    return results
+
+
+HOST_ROWS, HOST_SLOTS, HOST_WIDTH = 1_024, 8, 4  # one float32 [1024, 4]: 16 bytes a row
+HOST_ROUNDS, HOST_BATCHES = 21, 16  # rounds of this many fresh batches; median of all calls
+
+
+class Host:
+    """1,024 rings and a ``TorchSnapshotPool`` of 16 bytes a row: the host's bookkeeping alone."""
+
+    def __init__(self, lib: Library, device: str) -> None:
+        ring = lib.take(SsmDecodeRing)
+        self.rings = [ring(HOST_SLOTS) for _ in range(HOST_ROWS)]
+        live = torch.zeros(HOST_ROWS, HOST_WIDTH, dtype=torch.float32, device=device)
+        self.pool = lib.take(TorchSnapshotPool, "backends.torch")([live], HOST_SLOTS)
+        self.boundaries = lib.take(snapshot_boundaries)
+        self.apply = lib.take(apply_effects)
+        self.label = lib.label
+        self.device = device
+        self.position = 0
+
+    def batches(self, count: int) -> list[SaveBatch]:
+        """``count`` steps' saves, every row at a boundary, at ascending positions."""
+        made = []
+        for _ in range(count):
+            self.position += 1
+            made.append(
+                self.boundaries(
+                    self.rings,
+                    positions=[self.position] * HOST_ROWS,
+                    is_boundary=[True] * HOST_ROWS,
+                    in_thinking=[False] * HOST_ROWS,
+                )
+            )
+        return made
+
+    def ns_per_row(self, op: str, batch: SaveBatch) -> float:
+        """One ``op`` ("apply_effects" or "pool.save") of a fresh ``batch``, ns per row."""
+        sync(self.device)
+        start = time.perf_counter_ns()
+        if op == "apply_effects":
+            self.apply(self.pool, [batch], self.rings)
+        else:
+            self.pool.save(batch)
+        sync(self.device)
+        return (time.perf_counter_ns() - start) / HOST_ROWS
+
+
+HOST_OPS = ("apply_effects", "pool.save")
+
+
+def host_costs(
+    libraries: list[Library], rounds: int, count: int, device: str
+) -> dict[tuple[str, str], float]:
+    """(label, op) -> median ns per row, each library's calls alternating with the others'."""
+    hosts = [Host(lib, device) for lib in libraries]
+    times: dict[tuple[str, str], list[float]] = {
+        (lib.label, op): [] for lib in libraries for op in HOST_OPS
+    }
+    for r in range(-1, rounds):  # round -1 warms up
+        turn = hosts[r % len(hosts) :] + hosts[: r % len(hosts)]  # no library always goes first
+        for op in HOST_OPS:
+            fresh = [host.batches(count) for host in turn]  # built outside the timed calls
+            for i in range(count):
+                for host, batches in zip(turn, fresh, strict=True):
+                    ns = host.ns_per_row(op, batches[i])
+                    if r >= 0:
+                        times[host.label, op].append(ns)
+    return {key: statistics.median(ts) for key, ts in times.items()}
+
+
 def pin(cpus: str, threads: int) -> list[int]:
     """Pin the process to ``cpus`` (or the first ``threads`` it may use); return them."""
     if not hasattr(os, "sched_setaffinity"):  # not on macOS or Windows
@@ -155,14 +288,25 @@ def main(argv: list[str] | None = None) -> int:
         "--cpus", default="", help="comma-separated CPUs to pin to (default: the first --threads)"
     )
     parser.add_argument("--smoke", action="store_true", help="tiny run, only checks it works")
+    parser.add_argument(
+        "--baseline-rev", metavar="REV", help="also time the pool at this git revision"
+    )
     args = parser.parse_args(argv)
     args.dtype = getattr(torch, args.dtype)
     batches = [int(b) for b in args.batches.split(",")]
     fractions = [float(f) for f in args.fractions.split(",")]
+    host_rounds, host_batches = HOST_ROUNDS, HOST_BATCHES
     if args.smoke:
         batches, fractions, args.rounds = [4], [0.5, 1.0], 1
+        host_rounds, host_batches = 1, 2
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device here")
+    base = baseline_package(args.baseline_rev) if args.baseline_rev else None  # fails early
+    if base is not None:
+        try:
+            base.take(SsmSnapshotSave)(0, 0, 1, 1)
+        except TypeError:
+            parser.error(f"--baseline-rev {base.label}: its effects predate tickets")
     torch.set_num_threads(args.threads)
     cpus = pin(args.cpus, args.threads)
 
@@ -190,6 +334,48 @@ def main(argv: list[str] | None = None) -> int:
                     f"{loop_t / pool_t:>8.1f}x {contig_t / pool_t:>11.2f} "
                     f"{m['bytes'] / pool_t / 1e9:>9.2f}"
                 )
+
+    libraries = [TODAY]
+    if base is not None and base.has(snapshot_boundaries):
+        libraries.append(base)
+    elif base is not None:
+        print(f"\n(revision {base.label} has no snapshot_boundaries: its bookkeeping is not timed)")
+    costs = host_costs(libraries, host_rounds, host_batches, args.device)
+    print(
+        f"\nthe host's bookkeeping: apply_effects(pool, [batch], rings) of a {HOST_ROWS}-row "
+        f"SaveBatch from snapshot_boundaries (every row a boundary), and pool.save(batch) "
+        f"alone, on a TorchSnapshotPool of {4 * HOST_WIDTH} bytes a row; ns per row, median "
+        f"of {host_rounds * host_batches} calls on fresh batches, interleaved"
+    )
+    header = f"{'':<14} {'today':>8}"
+    if len(libraries) > 1:
+        header += f" {libraries[1].label:>8} {'today/' + libraries[1].label:>14}"
+    print(header)
+    for op in HOST_OPS:
+        line = f"{op:<14} {costs[TODAY.label, op]:>8.0f}"
+        if len(libraries) > 1:
+            then = costs[libraries[1].label, op]
+            line += f" {then:>8.0f} {costs[TODAY.label, op] / then:>14.2f}"
+        print(line)
+
+    if base is not None:
+        rev = base.label
+        print(
+            f"\nTorchSnapshotPool.save / restore, today against revision {rev}, same rows "
+            f"and live tensors; medians of {args.rounds} interleaved rounds"
+        )
+        print(
+            f"{'op':<8} {'seqs':>5} {'rows':>5} {'today ms':>9} {rev + ' ms':>11} "
+            f"{'today/' + rev:>14}"
+        )
+        for batch in batches:
+            for rows, medians in compare(base, batch, fractions, args):
+                for op in ("save", "restore"):
+                    ours, theirs = medians[f"{op} today"], medians[f"{op} {rev}"]
+                    print(
+                        f"{op:<8} {batch:>5} {rows:>5} {ours * 1e3:>9.3f} {theirs * 1e3:>11.3f} "
+                        f"{ours / theirs:>14.2f}"
+                    )
     return 0
 
 

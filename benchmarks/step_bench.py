@@ -22,30 +22,24 @@ loop), the ratios hold on a busy machine.
 
 ``--baseline-rev REV`` also times the per-row API of the library as it was
 at git revision ``REV`` (extracted with ``git archive`` into a temporary
-folder and imported beside this one), interleaved with today's, and prints
-today's cost over the baseline's at each boundary rate.
+folder and imported beside this one, see ``_baseline.py``), interleaved with
+today's, and prints today's cost over the baseline's at each boundary rate.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import io
 import random
 import statistics
-import subprocess
 import sys
-import tarfile
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
-from pathlib import Path
-from types import ModuleType
 from typing import Protocol
 
 import numpy as np
 
+from _baseline import Baseline, baseline_package
 from ssm_rollback import (
     SaveBatch,
     SaveOutcome,
@@ -174,30 +168,16 @@ PATHS: dict[str, Callable[[Batch, bool], None]] = {
 }
 
 
-def baseline_package(rev: str) -> ModuleType:
-    """The library as it was at git revision ``rev``, importable beside today's."""
-    repo = Path(__file__).resolve().parent.parent
-    archive = subprocess.run(
-        ["git", "archive", rev, "src/ssm_rollback"], cwd=repo, capture_output=True, check=True
-    ).stdout
-    folder = Path(tempfile.mkdtemp(prefix="ssm-rollback-baseline-"))
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(folder, filter="data")
-    # Its modules import each other relatively, so a new package name is all it needs.
-    (folder / "src" / "ssm_rollback").rename(folder / "ssm_rollback_baseline")
-    sys.path.insert(0, str(folder))
-    return importlib.import_module("ssm_rollback_baseline")
-
-
-def compare_baseline(rev: str, steps: int, rounds: int) -> None:
-    """Today's per-row API against revision ``rev``'s, interleaved, at each boundary rate."""
-    base = baseline_package(rev)
+def compare_baseline(base: Baseline, steps: int, rounds: int) -> None:
+    """Today's per-row API against the baseline revision's, interleaved, at each boundary rate."""
+    rev = base.label
+    ring, decide = base.take(SsmDecodeRing), base.take(snapshot_boundary_if_ssm)
     print(f"\nper-row API, today's cost / revision {rev}'s (library cost: path minus bare loop)")
     for rate in (0.0, 0.1, 1.0):
         today, then, empty = Batch(rate), Batch(rate), Batch(rate)
-        then.rings = [base.SsmDecodeRing(SLOTS) for _ in range(ROWS)]
+        then.rings = [ring(SLOTS) for _ in range(ROWS)]
         times: dict[str, list[float]] = {"today": [], "then": [], "bare": []}
-        old_per_row = partial(per_row, decide=base.snapshot_boundary_if_ssm)
+        old_per_row = partial(per_row, decide=decide)
         for _ in range(rounds):
             times["bare"].append(time_steps(bare, empty, steps, False))
             times["today"].append(time_steps(per_row, today, steps, False))
@@ -227,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     steps, rounds = (2, 1) if args.smoke else (args.steps, args.rounds)
+    baseline = baseline_package(args.baseline_rev) if args.baseline_rev else None  # fails early
 
     print(f"{ROWS} rows, ring capacity {SLOTS}; library cost in us per row per step")
     print("(path minus the bare loop; medians of interleaved rounds)")
@@ -249,8 +230,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in PATHS:
             line += f" {median[name, False] - base:>15.3f} {median[name, True] - base:>8.3f}"
         print(line)
-    if args.baseline_rev:
-        compare_baseline(args.baseline_rev, steps, rounds)
+    if baseline is not None:
+        compare_baseline(baseline, steps, rounds)
     return 0
 
 

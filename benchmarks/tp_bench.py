@@ -2,6 +2,7 @@
 
     python benchmarks/tp_bench.py            # the full run
     python benchmarks/tp_bench.py --smoke    # a quick pass that only checks it runs
+    python benchmarks/tp_bench.py --baseline-rev REV   # + broadcast_effects against REV's
 
 Two ranks on loopback over gloo, torch pinned to one thread. Each round
 moves one step's effects for 1,024 rows - a ``SaveBatch`` of the boundary
@@ -16,6 +17,13 @@ buffer, see ``docs/distributed.md``) and two broadcasts. The worker's clock
 runs from the common barrier until it holds the effects; medians (and the
 tenth percentile) over the rounds. Last, each path's Python work off the wire, in one process:
 where the time goes.
+
+``--baseline-rev REV`` also times ``broadcast_effects`` of the library as it
+was at git revision ``REV`` (extracted with ``git archive`` into a temporary
+folder and imported beside this one on both ranks, see ``_baseline.py``) as
+one more path of the same rounds, on the same steps' effects rebuilt from
+the baseline's own classes (``effect_from_dict`` of ``to_dict()``), and
+prints today's median over the baseline's.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from _baseline import Baseline, extract
 from ssm_rollback import (
     Effect,
     SaveBatch,
@@ -101,9 +110,35 @@ def bare_send(tensor: torch.Tensor) -> tuple[Effect, ...]:
 
 STEPS = 8  # distinct steps, cycled: no path sees the same effects twice in a row
 WARMUP = 3
+Send = Callable[[list[Effect] | None], tuple[Effect, ...]]
 
 
-def rank_main(rank: int, port: int, rounds: int, out: str) -> None:
+def baseline_name(rev: str) -> str:
+    return f"broadcast_effects at {rev}"
+
+
+def baseline_path(
+    rev: str, folder: str, steps: list[list[Effect]]
+) -> tuple[Send, list[list[Effect]]]:
+    """The baseline's ``broadcast_effects``, and ``steps`` rebuilt from the baseline's classes."""
+    base = Baseline(rev, Path(folder))
+    rebuild = base.take(effect_from_dict)
+    broadcast = base.take(broadcast_effects, "distributed")
+    return (
+        lambda effects: broadcast(effects, src=0),
+        [[rebuild(e.to_dict()) for e in effects] for effects in steps],
+    )
+
+
+def check_baseline(parser: argparse.ArgumentParser, rev: str, folder: str) -> None:
+    """Exit now, not in the ranks, if revision ``rev`` cannot send these steps' effects."""
+    try:
+        baseline_path(rev, folder, [step_effects(0)])
+    except Exception as error:  # whatever the baseline raises, with its own classes
+        parser.error(f"--baseline-rev {rev}: {type(error).__name__}: {error}")
+
+
+def rank_main(rank: int, port: int, rounds: int, out: str, rev: str, folder: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group(
         "gloo",
@@ -120,17 +155,23 @@ def rank_main(rank: int, port: int, rounds: int, out: str) -> None:
         pickled = len(pickle.dumps([e.to_dict() for e in steps[0]]))
         one = torch.zeros(capacity, dtype=torch.int64)
         two = (torch.zeros(1, dtype=torch.int64), torch.zeros(pickled, dtype=torch.uint8))
-        paths: list[tuple[str, Callable[[list[Effect] | None], tuple[Effect, ...]]]] = [
-            ("broadcast_effects", by_tensor),
-            ("broadcast_object_list", by_pickle),
-            (f"(1 bare send, {capacity * 8:,} B)", lambda _: bare_send(one)),
-            (f"(2 bare broadcasts, 8 + {pickled:,} B)", lambda _: bare(*two)),
+        # Each path with the steps it sends: today's effects, or the baseline's own.
+        paths: list[tuple[str, Send, list[list[Effect]]]] = [
+            ("broadcast_effects", by_tensor, steps),
+            ("broadcast_object_list", by_pickle, steps),
+            (f"(1 bare send, {capacity * 8:,} B)", lambda _: bare_send(one), steps),
+            (f"(2 bare broadcasts, 8 + {pickled:,} B)", lambda _: bare(*two), steps),
         ]
-        times: dict[str, list[float]] = {name: [] for name, _ in paths}
+        if folder:
+            send, their_steps = baseline_path(rev, folder, steps)
+            for effects in their_steps * WARMUP:  # the baseline's own buffer's growth
+                send(effects if rank == 0 else None)
+            paths.append((baseline_name(rev), send, their_steps))
+        times: dict[str, list[float]] = {name: [] for name, _, _ in paths}
         for r in range(rounds):
-            effects = steps[r % STEPS]
             turn = paths[r % len(paths) :] + paths[: r % len(paths)]  # no path always goes first
-            for name, path in turn:
+            for name, path, path_steps in turn:
+                effects = path_steps[r % STEPS]
                 dist.barrier()
                 start = time.perf_counter()
                 got = path(effects if rank == 0 else None)
@@ -187,13 +228,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="a few rounds, only to check it runs")
     parser.add_argument("--rounds", type=int, default=400)
+    parser.add_argument(
+        "--baseline-rev", metavar="REV", help="also time broadcast_effects at this git revision"
+    )
     args = parser.parse_args()
     rounds = 3 if args.smoke else args.rounds
+    rev: str = args.baseline_rev or ""
     with tempfile.TemporaryDirectory() as folder:
         out = str(Path(folder) / "times.json")
+        base_folder = ""
+        if rev:  # extracted once here, imported by both ranks; checked before they start
+            base_folder = str(extract(rev, Path(folder) / "baseline"))
+            check_baseline(parser, rev, base_folder)
         context = mp.start_processes(  # type: ignore[attr-defined, no-untyped-call]
             rank_main,
-            args=(free_port(), rounds, out),
+            args=(free_port(), rounds, out, rev, base_folder),
             nprocs=2,
             join=False,
             start_method="spawn",
@@ -205,6 +254,7 @@ def main() -> None:
                     process.kill()
                 raise SystemExit("tp_bench: the ranks did not finish within 600 s")
         times: dict[str, list[float]] = json.loads(Path(out).read_text(encoding="utf-8"))
+    then = times.pop(baseline_name(rev)) if rev else None
     count = len(step_effects(0))
     print(
         f"one step of {ROWS} rows ({count} effects: a 256-row SaveBatch, 32 restores, 256 "
@@ -224,6 +274,14 @@ def main() -> None:
     print(
         f"  above their own messages: {(ours - one) * 1e6:.0f} us vs {(theirs - two) * 1e6:.0f} us"
     )
+    if then is not None:
+        then.sort()
+        median = statistics.median(then)
+        print(
+            f"  {baseline_name(rev):<36} {median * 1e6:8.0f} {then[len(then) // 10] * 1e6:8.0f} "
+            f"{count / median:10,.0f}"
+        )
+        print(f"  broadcast_effects, today / {rev}: {ours / median:.2f} (medians, same rounds)")
     print("where the time goes, off the wire (one process, medians):")
     for name, cost in cpu_costs(20 if args.smoke else 500).items():
         print(f"  {name:<36} {cost * 1e6:8.0f} us")
