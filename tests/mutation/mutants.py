@@ -117,7 +117,8 @@ def _m(
     return Mutant(name, module, original, replacement, tests, select, equivalent)
 
 
-RING = "_core/ring.py"
+RING = "_core/ring/_ring.py"
+RING_ROWS = "_core/ring/_rows.py"
 ROLLBACK = "rollback.py"
 POOL = "pool/__init__.py"
 SLOTS = "pool/_slot_tags.py"
