@@ -20,10 +20,12 @@ counted). All paths run in one process, interleaved, and the medians are
 compared; the microseconds per row are the library's cost (path minus bare
 loop), the ratios hold on a busy machine.
 
-``--baseline-rev REV`` also times the per-row API of the library as it was
-at git revision ``REV`` (extracted with ``git archive`` into a temporary
-folder and imported beside this one, see ``_baseline.py``), interleaved with
-today's, and prints today's cost over the baseline's at each boundary rate.
+``--baseline-rev REV`` also times the per-row and batched-lists paths of
+the library as it was at git revision ``REV`` (extracted with ``git
+archive`` into a temporary folder and imported beside this one, see
+``_baseline.py``), with and without ``apply_effects`` on each revision's
+``FakeSnapshotPool``, interleaved with today's, and prints today's cost over
+the baseline's at each boundary rate.
 """
 
 from __future__ import annotations
@@ -33,16 +35,18 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Protocol
 
 import numpy as np
 
-from _baseline import Baseline, baseline_package
+from _baseline import TODAY, Baseline, Library, baseline_package
 from ssm_rollback import (
+    Effect,
     SaveBatch,
     SaveOutcome,
+    SnapshotPool,
     SsmDecodeRing,
     SsmSnapshotRestore,
     SsmSnapshotSave,
@@ -50,6 +54,7 @@ from ssm_rollback import (
     snapshot_boundaries,
     snapshot_boundary_if_ssm,
 )
+from ssm_rollback.backends.fake import FakeSnapshotPool
 from ssm_rollback.pool._base import PoolBase
 
 ROWS = 1_024
@@ -80,7 +85,7 @@ class Batch:
         rng = random.Random(seed)
         self.tokens: list[list[int]] = [[] for _ in range(ROWS)]
         self.rings = [SsmDecodeRing(SLOTS) for _ in range(ROWS)]
-        self.pool = NullCopyPool(ROWS, SLOTS)
+        self.pool: SnapshotPool = NullCopyPool(ROWS, SLOTS)
         # Fixed boundary patterns, drawn once, so every path sees the same.
         self.patterns = [
             [rng.random() < boundary_rate for _ in range(ROWS)] for _ in range(PATTERNS)
@@ -108,6 +113,24 @@ class Decide(Protocol):
     ) -> SsmSnapshotSave | None: ...
 
 
+#: ``apply_effects``' signature, as this bench calls it.
+Apply = Callable[[SnapshotPool, Iterable[Effect], list[SsmDecodeRing]], SaveOutcome]
+
+
+class Boundaries(Protocol):
+    """``snapshot_boundaries``' signature, as this bench calls it."""
+
+    def __call__(
+        self,
+        rings: list[SsmDecodeRing],
+        /,
+        *,
+        positions: list[int],
+        is_boundary: list[bool],
+        in_thinking: list[bool],
+    ) -> SaveBatch: ...
+
+
 def commit_tokens(batch: Batch) -> list[bool]:
     """The scheduler's own work: append each row's token (and read its boundary flag)."""
     pattern = batch.patterns[batch.steps % PATTERNS]
@@ -121,7 +144,14 @@ def bare(batch: Batch, apply: bool) -> None:
     commit_tokens(batch)
 
 
-def per_row(batch: Batch, apply: bool, decide: Decide = snapshot_boundary_if_ssm) -> None:
+def per_row(
+    batch: Batch,
+    apply: bool,
+    decide: Decide = snapshot_boundary_if_ssm,
+    run: Callable[
+        [SnapshotPool, Iterable[Effect], list[SsmDecodeRing]], SaveOutcome
+    ] = apply_effects,
+) -> None:
     pattern = commit_tokens(batch)
     rings, saves = batch.rings, []
     for seq, tokens in enumerate(batch.tokens):
@@ -135,17 +165,24 @@ def per_row(batch: Batch, apply: bool, decide: Decide = snapshot_boundary_if_ssm
         if save is not None:
             saves.append(save)
     if apply:
-        apply_effects(batch.pool, saves, rings)
+        run(batch.pool, saves, rings)
 
 
-def batched_lists(batch: Batch, apply: bool) -> None:
+def batched_lists(
+    batch: Batch,
+    apply: bool,
+    decide: Boundaries = snapshot_boundaries,
+    run: Callable[
+        [SnapshotPool, Iterable[Effect], list[SsmDecodeRing]], SaveOutcome
+    ] = apply_effects,
+) -> None:
     pattern = commit_tokens(batch)
     batch.positions = [p + 1 for p in batch.positions]  # the scheduler's position column
-    saves = snapshot_boundaries(
+    saves = decide(
         batch.rings, positions=batch.positions, is_boundary=pattern, in_thinking=batch.thinking
     )
     if apply:
-        apply_effects(batch.pool, [saves], batch.rings)
+        run(batch.pool, [saves], batch.rings)
 
 
 def batched_numpy(batch: Batch, apply: bool) -> None:
@@ -168,25 +205,48 @@ PATHS: dict[str, Callable[[Batch, bool], None]] = {
 }
 
 
+def _library_paths(lib: Library) -> dict[str, Callable[[Batch, bool], None]]:
+    """The per-row and batched-lists paths through ``lib`` (today's, or a baseline's)."""
+    run = lib.take(apply_effects)
+    row_by_row = partial(per_row, decide=lib.take(snapshot_boundary_if_ssm), run=run)
+    batched = partial(batched_lists, decide=lib.take(snapshot_boundaries), run=run)
+    return {"per-row": row_by_row, "batched, lists": batched}
+
+
 def compare_baseline(base: Baseline, steps: int, rounds: int) -> None:
-    """Today's per-row API against the baseline revision's, interleaved, at each boundary rate."""
+    """Today's per-row and batched paths against the baseline revision's, interleaved.
+
+    ``+ apply`` hands the saves to ``apply_effects`` on each library's own
+    ``FakeSnapshotPool`` (the pools the public API offers at every revision).
+    """
     rev = base.label
-    ring, decide = base.take(SsmDecodeRing), base.take(snapshot_boundary_if_ssm)
-    print(f"\nper-row API, today's cost / revision {rev}'s (library cost: path minus bare loop)")
+    libraries: dict[str, Library] = {"today": TODAY, rev: base}
+    print(f"\ntoday's library cost / revision {rev}'s (path minus bare loop, us per row)")
+    print(f"{'boundaries':>10} {'path':>15} {'applied':>8} {'today':>8} {rev:>10} {'ratio':>6}")
     for rate in (0.0, 0.1, 1.0):
-        today, then, empty = Batch(rate), Batch(rate), Batch(rate)
-        then.rings = [ring(SLOTS) for _ in range(ROWS)]
-        times: dict[str, list[float]] = {"today": [], "then": [], "bare": []}
-        old_per_row = partial(per_row, decide=decide)
+        empty = Batch(rate)
+        runs = {}
+        for label, lib in libraries.items():
+            for name, path in _library_paths(lib).items():
+                for applied in (False, True):
+                    batch = Batch(rate)
+                    batch.rings = [lib.take(SsmDecodeRing)(SLOTS) for _ in range(ROWS)]
+                    batch.pool = lib.take(FakeSnapshotPool, "backends.fake")(ROWS, SLOTS)
+                    runs[label, name, applied] = (path, batch)
+        times: dict[object, list[float]] = {key: [] for key in [*runs, "bare"]}
         for _ in range(rounds):
             times["bare"].append(time_steps(bare, empty, steps, False))
-            times["today"].append(time_steps(per_row, today, steps, False))
-            times["then"].append(time_steps(old_per_row, then, steps, False))
-        median = {key: statistics.median(values) for key, values in times.items()}
-        ours, theirs = median["today"] - median["bare"], median["then"] - median["bare"]
-        print(
-            f"{rate:>10.0%}   today {ours:.3f} us  {rev} {theirs:.3f} us  ratio {ours / theirs:.2f}"
-        )
+            for key, (path, batch) in runs.items():
+                times[key].append(time_steps(path, batch, steps, key[2]))
+        bare_median = statistics.median(times["bare"])
+        cost = {key: statistics.median(values) - bare_median for key, values in times.items()}
+        for name in ("per-row", "batched, lists"):
+            for applied in (False, True):
+                ours, theirs = cost["today", name, applied], cost[rev, name, applied]
+                print(
+                    f"{rate:>10.0%} {name:>15} {'yes' if applied else 'no':>8} {ours:>8.3f} "
+                    f"{theirs:>10.3f} {ours / theirs:>6.2f}"
+                )
 
 
 def time_steps(step: Callable[[Batch, bool], None], batch: Batch, steps: int, apply: bool) -> float:
@@ -203,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=20, help="steps per timing")
     parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds (median)")
     parser.add_argument(
-        "--baseline-rev", metavar="REV", help="also time the per-row API at this git revision"
+        "--baseline-rev", metavar="REV", help="also time the library at this git revision"
     )
     args = parser.parse_args(argv)
     steps, rounds = (2, 1) if args.smoke else (args.steps, args.rounds)
