@@ -47,6 +47,8 @@ __all__ = [
     "TAG",
     "buffer_device",
     "channel_capacity",
+    "group_active",
+    "group_device",
     "sends_on",
     "step",
 ]
@@ -79,6 +81,16 @@ def _backends(config: str) -> dict[str, str]:
         for device_type in (kind,) if kind else ("cpu", "cuda"):  # a bare name serves both
             found[device_type] = name
     return found
+
+
+def group_active(group: dist.ProcessGroup | None) -> bool:
+    """Whether collectives run at all: without an initialised process group, one rank."""
+    return dist.is_available() and dist.is_initialized()
+
+
+def group_device(group: dist.ProcessGroup | None) -> torch.device:
+    """Where this group's collectives want their tensors: the CPU if it has a CPU backend."""
+    return buffer_device(str(dist.get_backend_config(group)))
 
 
 def buffer_device(config: str) -> torch.device:
