@@ -13,45 +13,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from itertools import compress
-from typing import cast
 
-from .._errors import InvalidArgumentError, InvalidArgumentTypeError
-from .columns import flag_column, int_column, one_length
+from .._errors import InvalidArgumentError
+from .columns import flag_column, int_column, one_length, rings_for
 from .ring import SsmDecodeRing, record_rows
 from .save_batch import SaveBatch
 
-__all__ = ["Column", "rings_for", "snapshot_boundaries"]
+__all__ = ["Column", "snapshot_boundaries"]
 
 #: An argument of ``snapshot_boundaries``: a sequence, an ``array.array``, or ``tolist()``-able.
 Column = Sequence[int] | Sequence[bool] | object
-
-
-def rings_for(rings: object, rows: Sequence[int], in_order: bool) -> list[SsmDecodeRing]:
-    """The ring of each row, checked: ``rings`` is a sequence indexed by row or a mapping."""
-    found: list[object]
-    if isinstance(rings, Mapping):
-        found = list(map(rings.get, rows))
-    elif in_order and type(rings) is list and len(rings) >= len(rows):
-        found = rings[: len(rows)]  # the common case: every row of a list, in order
-    elif isinstance(rings, Sequence) and not isinstance(rings, str | bytes):
-        count = len(rings)
-        if rows and max(rows) >= count:
-            row = next(r for r in rows if r >= count)
-            raise InvalidArgumentError(
-                f"'rings' must hold a ring for every row, got {count} rings and row {row}"
-            )
-        found = list(map(rings.__getitem__, rows))
-    else:
-        raise InvalidArgumentTypeError(
-            f"'rings' must be a sequence of SsmDecodeRing indexed by row, or a mapping from "
-            f"row, got {type(rings).__name__}"
-        )
-    if set(map(type, found)) - {SsmDecodeRing}:
-        k = next(k for k, ring in enumerate(found) if type(ring) is not SsmDecodeRing)
-        raise InvalidArgumentTypeError(
-            f"'rings[{rows[k]}]' must be an SsmDecodeRing, got {found[k]!r}"
-        )
-    return cast(list[SsmDecodeRing], found)
 
 
 def snapshot_boundaries(

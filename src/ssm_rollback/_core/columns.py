@@ -15,8 +15,9 @@ from collections.abc import Mapping, Sequence
 from typing import cast
 
 from .._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int
+from .ring import SsmDecodeRing
 
-__all__ = ["as_list", "flag_column", "int_column", "int_value", "one_length"]
+__all__ = ["as_list", "flag_column", "int_column", "int_value", "one_length", "rings_for"]
 
 # Element types a typed array's ``tolist()`` is known to give, by its dtype
 # (numpy, torch) or typecode (``array.array``): a column of one of these skips
@@ -101,3 +102,45 @@ def one_length(lengths: Mapping[str, int]) -> int:
     if len(set(lengths.values())) > 1:
         raise InvalidArgumentError(f"the step's columns must have one length, got {dict(lengths)}")
     return next(iter(lengths.values()), 0)
+
+
+def rings_for(rings: object, rows: Sequence[int], in_order: bool) -> list[SsmDecodeRing]:
+    """The ring of each row, checked: ``rings`` is a sequence indexed by row or a mapping."""
+    found: list[object]
+    if in_order and type(rings) is list and len(rings) >= len(rows):
+        found = rings[: len(rows)]  # the common case: every row of a list, in order
+    elif isinstance(rings, Mapping | Sequence) and not isinstance(rings, str | bytes):
+        found = _look_up(rings, rows)
+    else:
+        raise InvalidArgumentTypeError(
+            f"'rings' must be a sequence of SsmDecodeRing indexed by row, or a mapping from "
+            f"row, got {type(rings).__name__}"
+        )
+    if set(map(type, found)) - {SsmDecodeRing}:
+        k = next(k for k, ring in enumerate(found) if type(ring) is not SsmDecodeRing)
+        raise InvalidArgumentTypeError(
+            f"'rings[{rows[k]}]' must be an SsmDecodeRing, got {found[k]!r}"
+        )
+    return cast(list[SsmDecodeRing], found)
+
+
+def _look_up(rings: Mapping[int, object] | Sequence[object], rows: Sequence[int]) -> list[object]:
+    """Each row's entry of ``rings``; a missing row, or a lookup that raises, names the row."""
+    if isinstance(rings, Sequence) and rows and max(rows) >= len(rings):
+        row = next(r for r in rows if r >= len(rings))
+        raise InvalidArgumentError(
+            f"'rings' must hold a ring for every row, got {len(rings)} rings and row {row}"
+        )
+    look = rings.get if isinstance(rings, Mapping) else rings.__getitem__
+    try:
+        return list(map(look, rows))  # C speed; the loop below only names a failing row
+    except Exception:  # a user's container: its own failure, named as ours
+        for row in rows:
+            try:
+                look(row)
+            except Exception as error:
+                raise InvalidArgumentError(
+                    f"'rings' must give the ring of row {row}, but looking it up raised "
+                    f"{type(error).__name__}: {error}"
+                ) from error
+        raise

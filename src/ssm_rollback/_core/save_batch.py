@@ -26,7 +26,13 @@ def int_column(name: str, values: object, *, least: int = 0) -> tuple[int, ...]:
         and not isinstance(values, Sequence | Mapping)
         and not hasattr(values, "tolist")
     ):
-        values = list(values)  # a generator, a set: read once, then checked as a column
+        try:
+            values = list(values)  # a generator, a set: read once, then checked as a column
+        except Exception as error:  # the caller's iterable failed: named as ours
+            raise InvalidArgumentError(
+                f"'{name}' must be an iterable of ints, but reading it raised "
+                f"{type(error).__name__}: {error}"
+            ) from error
     return tuple(columns.int_column(name, values, least=least))
 
 

@@ -24,10 +24,10 @@ from collections.abc import Mapping, Sequence
 
 import attrs
 
-from .._errors import InvalidArgumentError, InvalidArgumentTypeError
-from .columns import as_list, flag_column, int_value, one_length
+from .._errors import InvalidArgumentError, OutOfOrderError
+from .columns import as_list, flag_column, int_value, one_length, rings_for
 from .effects import SsmSnapshotSave, SsmStateAccept, trusted_save
-from .ring import SsmDecodeRing, record_rows
+from .ring import SsmDecodeRing, newest_position, record_rows
 from .rollback import check_ring
 from .save_batch import LIVE, SaveBatch
 
@@ -121,7 +121,7 @@ def _check_row(
     def name(single: str, column: str) -> str:
         return single if index is None else f"{column}{index}"
 
-    ring = check_ring(ring) if index is None else _row_ring(ring, seq)
+    ring = check_ring(ring)  # a batch's rings were checked by rings_for
     row = int_value(name("seq", "rows"), seq, 0)
     first = int_value(name("first_position", "first_positions"), first_position, 1)
     boundary = _flags(name("is_boundary", "is_boundary"), is_boundary, None)
@@ -132,17 +132,15 @@ def _check_row(
             f"'{name('accepted', 'accepted')}' must be at most the {len(boundary) - 1} drafts "
             f"fed, got {n}"
         )
+    newest = newest_position(ring)
+    if first < newest and ring.is_enabled:
+        raise OutOfOrderError(
+            f"'{name('first_position', 'first_positions')}' must not lie behind the ring's newest "
+            f"live snapshot position {newest}, got {first}: the step would recompute state the "
+            f"ring already holds; truncate_after() the ring after a rollback"
+        )
     chosen = [j for j in range(n + 1) if boundary[j] and not thinking[j]]
     return _Checked(ring, row, first, n, len(boundary), chosen)
-
-
-def _row_ring(ring: object, seq: object) -> SsmDecodeRing:
-    if type(ring) is not SsmDecodeRing:
-        raise InvalidArgumentTypeError(
-            f"'rings[{seq!r}] for rows' must be an SsmDecodeRing, got {ring!r} of type "
-            f"{type(ring).__name__}"
-        )
-    return ring
 
 
 def _flags(name: str, values: object, count: int | None) -> list[object]:
@@ -267,20 +265,14 @@ def commit_verified_batch(
     one_length({**{name: len(values) for name, values in columns.items()}, "rows": len(row_list)})
     if len(set(row_list)) != count:
         raise InvalidArgumentError(f"'rows' must name each row once, got {row_list}")
+    ring_list = rings_for(rings, row_list, in_order=rows is None)
     checked = []
     for r in range(count):
-        row = row_list[r]
-        try:
-            ring = rings[row]
-        except (IndexError, KeyError):
-            raise InvalidArgumentError(
-                f"'rings' must hold a ring for every row, got none for row {row!r} (rows[{r}])"
-            ) from None
         checked.append(
             _check_row(
-                ring,
+                ring_list[r],
                 f"[{r}]",
-                row,
+                row_list[r],
                 columns["first_positions"][r],
                 columns["accepted"][r],
                 columns["is_boundary"][r],
