@@ -46,7 +46,12 @@ def test_a_verify_step_at_the_rings_newest_snapshot_is_accepted() -> None:
     ring = SsmDecodeRing(4)
     ring.record(10)
     plan = commit_verified(
-        ring, seq=0, first_position=10, accepted=1, is_boundary=[False, True], in_thinking=[0, 0]
+        ring,
+        seq=0,
+        first_position=10,
+        accepted=1,
+        is_boundary=[False, True],
+        in_thinking=[False, False],
     )
     assert [s.token_position for s in plan.saves] == [11]
 
