@@ -11,10 +11,20 @@ from ._core.boundaries import snapshot_boundaries
 from ._core.effect_dict import (
     Effect,
     SaveBatch,
+    SsmPrefixRestore,
+    SsmPrefixSave,
     SsmSnapshotRestore,
     SsmSnapshotSave,
     SsmStateAccept,
     effect_from_dict,
+)
+from ._core.prefix import (
+    PrefillChunk,
+    PrefillPlan,
+    PrefixEntry,
+    PrefixHit,
+    PrefixSnapshotIndex,
+    PrefixStats,
 )
 from ._core.ring import SsmDecodeRing, SsmRingEntry
 from ._errors import (
@@ -53,6 +63,12 @@ __all__ = [
     "InvalidArgumentError",
     "InvariantError",
     "OutOfOrderError",
+    "PrefillChunk",
+    "PrefillPlan",
+    "PrefixEntry",
+    "PrefixHit",
+    "PrefixSnapshotIndex",
+    "PrefixStats",
     "ReplaySegment",
     "RollbackDeclined",
     "RollbackPlan",
@@ -61,6 +77,8 @@ __all__ = [
     "SlotTags",
     "SnapshotPool",
     "SsmDecodeRing",
+    "SsmPrefixRestore",
+    "SsmPrefixSave",
     "SsmRingEntry",
     "SsmRollbackError",
     "SsmSnapshotRestore",

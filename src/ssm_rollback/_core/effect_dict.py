@@ -13,12 +13,21 @@ from collections.abc import Mapping
 from typing import Final, TypeAlias
 
 from .._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int
-from .effects import SsmSnapshotRestore, SsmSnapshotSave, SsmStateAccept, trusted_save
+from .effects import (
+    SsmPrefixRestore,
+    SsmPrefixSave,
+    SsmSnapshotRestore,
+    SsmSnapshotSave,
+    SsmStateAccept,
+    trusted_save,
+)
 from .save_batch import COLUMNS, LIVE, SaveBatch, int_column
 
 __all__ = [
     "Effect",
     "SaveBatch",
+    "SsmPrefixRestore",
+    "SsmPrefixSave",
     "SsmSnapshotRestore",
     "SsmSnapshotSave",
     "SsmStateAccept",
@@ -26,10 +35,18 @@ __all__ = [
     "trusted_save",
 ]
 
-Effect: TypeAlias = SsmSnapshotSave | SsmSnapshotRestore | SsmStateAccept | SaveBatch
+Effect: TypeAlias = (
+    SsmSnapshotSave
+    | SsmSnapshotRestore
+    | SsmStateAccept
+    | SaveBatch
+    | SsmPrefixSave
+    | SsmPrefixRestore
+)
 """Any effect the core returns."""
 
 _SNAPSHOT_FIELDS: Final = ("seq", "slot", "token_position", "ticket")
+_PREFIX_FIELDS: Final = ("seq", "slot", "length", "ticket")
 
 
 def _keys(d: Mapping[str, object], fields: tuple[str, ...]) -> None:
@@ -73,6 +90,8 @@ _KINDS: Final = (
     SsmSnapshotRestore.kind,
     SsmStateAccept.kind,
     SaveBatch.kind,
+    SsmPrefixSave.kind,
+    SsmPrefixRestore.kind,
 )
 
 
@@ -95,4 +114,8 @@ def effect_from_dict(d: Mapping[str, object]) -> Effect:
         return SsmStateAccept(*_ints(d, ("seq", "index")))
     if kind == SaveBatch.kind:
         return _save_batch(d)
+    if kind in (SsmPrefixSave.kind, SsmPrefixRestore.kind):
+        _keys(d, _PREFIX_FIELDS)
+        prefix = SsmPrefixSave if kind == SsmPrefixSave.kind else SsmPrefixRestore
+        return prefix(*_ints(d, _PREFIX_FIELDS))
     raise InvalidArgumentError(f"'d[\"kind\"]' must be one of {sorted(_KINDS)}, got {kind!r}")

@@ -14,6 +14,8 @@ import attrs
 from .._errors import InvalidArgumentTypeError, check_non_negative_int
 
 __all__ = [
+    "SsmPrefixRestore",
+    "SsmPrefixSave",
     "SsmSnapshotRestore",
     "SsmSnapshotSave",
     "SsmStateAccept",
@@ -101,6 +103,51 @@ class SsmStateAccept:
     def to_dict(self) -> dict[str, int | str | None]:
         """A plain dict (with a ``"kind"`` key) that ``effect_from_dict`` turns back into this."""
         return {"kind": self.kind, "seq": self.seq, "index": self.index}
+
+
+@attrs.frozen
+class _PrefixEffect:
+    """The fields and dict form both shared-slot effects share; the subclass says which copy.
+
+    ``slot`` is a shared slot of the pool (a region apart from every row's
+    ring slots), ``length`` the absolute token count (prompt included) the
+    state stands after, and ``ticket`` the one ``PrefixSnapshotIndex`` minted
+    when it placed the prefix there: a pool restores a shared slot only when
+    it holds exactly this ticket.
+    """
+
+    seq: int = attrs.field(validator=_non_negative_int)
+    slot: int = attrs.field(validator=_non_negative_int)
+    length: int = attrs.field(validator=_non_negative_int)
+    ticket: int = attrs.field(validator=_non_negative_int)
+
+    kind: ClassVar[str]
+
+    def to_dict(self) -> dict[str, int | str | None]:
+        """A plain dict (with a ``"kind"`` key) that ``effect_from_dict`` turns back into this."""
+        return {"kind": self.kind, **attrs.asdict(self, recurse=False)}
+
+
+@attrs.frozen
+class SsmPrefixSave(_PrefixEffect):
+    """Share row ``seq``'s live state, standing after ``length`` tokens, in shared ``slot``.
+
+    Apply it while the live state stands exactly there: right after the
+    prefill chunk that ends at ``length``, or during decode at that length.
+    """
+
+    kind: ClassVar[str] = "ssm_prefix_save"
+
+
+@attrs.frozen
+class SsmPrefixRestore(_PrefixEffect):
+    """Copy shared ``slot`` into row ``seq``'s live state: a prefix hit of ``length`` tokens.
+
+    Only when the shared slot holds exactly ``ticket``: anything else is a
+    ``StaleSnapshotError`` and nothing is copied.
+    """
+
+    kind: ClassVar[str] = "ssm_prefix_restore"
 
 
 _new = object.__new__

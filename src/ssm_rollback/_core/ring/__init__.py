@@ -10,6 +10,7 @@ from __future__ import annotations
 from ._ring import (
     SsmDecodeRing,
     SsmRingEntry,
+    mint_ticket,
     newest_first,
     newest_position,
     record_ticketed,
@@ -20,6 +21,7 @@ __all__ = [
     "RowNames",
     "SsmDecodeRing",
     "SsmRingEntry",
+    "mint_ticket",
     "newest_first",
     "newest_position",
     "record_rows",

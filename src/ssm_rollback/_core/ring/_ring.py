@@ -71,6 +71,7 @@ from ..._errors import (
 __all__ = [
     "SsmDecodeRing",
     "SsmRingEntry",
+    "mint_ticket",
     "mint_tickets",
     "newest_first",
     "newest_position",
@@ -86,6 +87,8 @@ __all__ = [
 # ring's tickets still ascend with its positions.
 _BLOCK = 1 << 16
 _mint_ticket = itertools.count(_BLOCK, _BLOCK).__next__
+#: One fresh ticket, for the other places that hand out slots (the prefix index).
+mint_ticket = _mint_ticket
 
 
 def mint_tickets(count: int) -> range | list[int]:

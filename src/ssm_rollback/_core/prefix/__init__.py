@@ -1,0 +1,21 @@
+"""Prefix snapshots: SSM state shared across requests, at exact token prefixes (SPEC 13).
+
+``_index`` holds ``PrefixSnapshotIndex`` and its numbered rules, ``_trie``
+the exact radix tree it matches with, ``_values`` what it hands out.
+"""
+
+from __future__ import annotations
+
+from ._index import EVICTIONS, Eviction, PrefixSnapshotIndex
+from ._values import PrefillChunk, PrefillPlan, PrefixEntry, PrefixHit, PrefixStats
+
+__all__ = [
+    "EVICTIONS",
+    "Eviction",
+    "PrefillChunk",
+    "PrefillPlan",
+    "PrefixEntry",
+    "PrefixHit",
+    "PrefixSnapshotIndex",
+    "PrefixStats",
+]

@@ -1,0 +1,304 @@
+"""``PrefixSnapshotIndex``: which shared slot holds the SSM state after which exact prefix.
+
+The rules, which every method cites:
+
+1. **Capacity.** ``capacity`` shared slots, ``[0, capacity)``, fixed at
+   construction; 0 disables the index: every lookup misses, every publish
+   is declined.
+2. **Exact.** An entry is the state after exactly ``tokens[:length]``; a
+   lookup compares token ids (never only a hash), so no collision can hit.
+3. **One token left.** A hit on ``tokens`` is at most ``len(tokens) - 1``
+   long: the engine needs the last token's logits.
+4. **One entry per prefix, one per slot.** Publishing a live prefix
+   refreshes it; every live entry owns its slot.
+5. **Tickets.** Every placement mints a ticket (the ring's process-wide
+   counter), carried by the save and every restore: a pool restores a
+   shared slot only when it holds exactly that ticket, so a slot reused for
+   another prefix is never restored for the old one.
+6. **Pins.** A plan's hit, and every entry a plan publishes, is pinned
+   until ``release(plan)``; a pinned entry is never evicted.
+7. **Eviction.** A full index evicts an unpinned entry by its policy:
+   ``"lru"`` (least recently published or hit) or ``"benefit"`` (the least
+   tokens saved - hits times length, the publish counted as one - per step
+   of age since its last use); with every slot pinned, a publish is
+   declined.
+8. **Failed saves.** ``discard(entry)`` drops an entry whose save failed
+   (``apply_effects(..., prefix_index=)`` calls it), so nothing points at a
+   slot that was not written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final, Literal, final, get_args
+
+import attrs
+
+from ..._errors import InvalidArgumentError, InvariantError, check_non_negative_int
+from ..columns import int_column
+from ..effects import SsmPrefixRestore, SsmPrefixSave
+from ..ring import mint_ticket
+from ._trie import Trie
+from ._values import PrefillChunk, PrefillPlan, PrefixEntry, PrefixHit, PrefixStats
+
+__all__ = ["Eviction", "PrefixSnapshotIndex"]
+
+Eviction = Literal["lru", "benefit"]
+EVICTIONS: Final = get_args(Eviction)
+
+
+@attrs.define(eq=False)
+class _Live:
+    """One live entry and what the index keeps about it."""
+
+    entry: PrefixEntry
+    tokens: tuple[int, ...]
+    pins: int = 0
+    hits: int = 0
+    used: int = 0  # the index's clock at the last publish or hit
+
+
+def _capacity(value: int) -> int:
+    return check_non_negative_int("capacity", value)
+
+
+@final
+@attrs.define(eq=False, repr=False)
+class PrefixSnapshotIndex:
+    """The shared SSM snapshots of prompt prefixes: exact matching, pins, eviction (rules above).
+
+    No tensors: ``plan_prefill`` and ``publish`` return the effects
+    (``SsmPrefixSave``, ``SsmPrefixRestore``) that a pool with shared slots
+    performs.
+    """
+
+    _capacity: int = attrs.field(converter=_capacity)
+    _eviction: Eviction = attrs.field(default="lru", kw_only=True)
+    _trie: Trie[_Live] = attrs.field(init=False, factory=Trie)
+    _by_slot: dict[int, _Live] = attrs.field(init=False, factory=dict)
+    _free: list[int] = attrs.field(init=False)
+    _plans: dict[int, tuple[_Live, ...]] = attrs.field(init=False, factory=dict)
+    _clock: int = attrs.field(init=False, default=0)
+    _stats: dict[str, int] = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        if self._eviction not in EVICTIONS:
+            raise InvalidArgumentError(
+                f"'eviction' must be one of {', '.join(map(repr, EVICTIONS))}, "
+                f"got {self._eviction!r}"
+            )
+        self._free = list(range(self._capacity - 1, -1, -1))  # popped lowest first
+        self._stats = dict.fromkeys(attrs.fields_dict(PrefixStats), 0)
+
+    @property
+    def capacity(self) -> int:
+        """Shared slots the index places prefixes in (rule 1)."""
+        return self._capacity
+
+    @property
+    def eviction(self) -> Eviction:
+        """The eviction policy (rule 7)."""
+        return self._eviction
+
+    @property
+    def stats(self) -> PrefixStats:
+        """Hits, misses, tokens reused, published, evicted, declined: so far."""
+        return PrefixStats(**self._stats)
+
+    def __len__(self) -> int:
+        return len(self._by_slot)
+
+    def __repr__(self) -> str:
+        return (
+            f"PrefixSnapshotIndex(capacity={self._capacity}, eviction={self._eviction!r}, "
+            f"live={len(self._by_slot)}, pinned={sum(1 for e in self._by_slot.values() if e.pins)})"
+        )
+
+    def entries(self) -> tuple[PrefixEntry, ...]:
+        """The live entries, by slot."""
+        return tuple(self._by_slot[slot].entry for slot in sorted(self._by_slot))
+
+    def tokens_of(self, entry: PrefixEntry) -> tuple[int, ...]:
+        """The exact token ids of a live entry's prefix."""
+        return self._live(entry).tokens
+
+    def match(self, tokens: Sequence[int]) -> PrefixEntry | None:
+        """The longest live prefix of ``tokens`` leaving one token to compute; changes nothing.
+
+        Rules 2 and 3: exact token ids, ``length <= len(tokens) - 1``.
+        """
+        found = self._trie.longest(_token_list(tokens), len(tokens) - 1) if self._by_slot else None
+        return None if found is None else found.entry
+
+    def plan_prefill(
+        self, seq: int, tokens: Sequence[int], *, publish_at: Sequence[int] = ()
+    ) -> PrefillPlan:
+        """The whole decision for a new request on row ``seq``: its hit, chunks and saves.
+
+        ``publish_at`` are the positions to share (each ``< len(tokens)``;
+        any order, duplicates ignored); those at or below the hit, or live
+        already, need no save. The hit and every entry published here are
+        pinned until ``release(plan)`` (rule 6).
+        """
+        seq = check_non_negative_int("seq", seq)
+        token_list = _token_list(tokens)
+        positions = sorted(set(int_column("publish_at", publish_at)))
+        if positions and positions[-1] >= len(token_list):
+            raise InvalidArgumentError(
+                f"'publish_at' must hold positions < len(tokens) {len(token_list)}, "
+                f"got {positions[-1]}"
+            )
+        found = self._trie.longest(token_list, len(token_list) - 1) if self._by_slot else None
+        pinned: list[_Live] = []
+        hit = None
+        if found is None:
+            self._stats["misses"] += 1
+        else:
+            self._stats["hits"] += 1
+            self._stats["tokens_reused"] += found.entry.length
+            self._touch(found)
+            found.hits += 1
+            found.pins += 1
+            pinned.append(found)
+            e = found.entry
+            hit = PrefixHit(e, SsmPrefixRestore(seq, e.slot, e.length, e.ticket))
+        start = 0 if hit is None else hit.entry.length
+        chunks = []
+        for position in positions:
+            if position <= start or position == 0:
+                continue
+            live = self._trie.get(token_list, position)
+            if live is not None:
+                self._touch(live)
+                continue
+            placed = self._place(token_list, position)
+            if placed is None:
+                continue
+            placed.pins += 1
+            pinned.append(placed)
+            e = placed.entry
+            chunks.append(PrefillChunk(position, SsmPrefixSave(seq, e.slot, e.length, e.ticket)))
+        chunks.append(PrefillChunk(len(token_list), None))
+        plan = PrefillPlan(seq, hit, start, tuple(chunks), mint_ticket())
+        self._plans[plan.pin] = tuple(pinned)
+        return plan
+
+    def release(self, plan: PrefillPlan) -> None:
+        """Unpin what ``plan`` pinned (rule 6): once, after its prefill has run."""
+        pinned = self._plans.pop(getattr(plan, "pin", -1), None)
+        if pinned is None:
+            raise InvalidArgumentError(
+                f"'plan' must be a PrefillPlan of this index not yet released, got {plan!r}"
+            )
+        for live in pinned:
+            if self._by_slot.get(live.entry.slot) is live:  # not discarded since
+                live.pins -= 1
+
+    def publish(self, seq: int, tokens: Sequence[int], length: int) -> SsmPrefixSave | None:
+        """Share row ``seq``'s live state at ``length`` during decode; the save to apply now.
+
+        Apply it while the live state stands after ``tokens[:length]``.
+        ``None`` when that prefix is live already (refreshed, rule 4) or every
+        slot is pinned (declined, rule 7).
+        """
+        seq = check_non_negative_int("seq", seq)
+        token_list = _token_list(tokens)
+        length = check_non_negative_int("length", length)
+        if not 1 <= length <= len(token_list):
+            raise InvalidArgumentError(
+                f"'length' must be in [1, len(tokens) {len(token_list)}], got {length}"
+            )
+        live = self._trie.get(token_list, length)
+        if live is not None:
+            self._touch(live)
+            return None
+        placed = self._place(token_list, length)
+        if placed is None:
+            return None
+        e = placed.entry
+        return SsmPrefixSave(seq, e.slot, e.length, e.ticket)
+
+    def discard(self, entry: PrefixEntry) -> None:
+        """Drop a live entry whose save failed (rule 8); pins on it are void."""
+        self._drop(self._live(entry))
+
+    def check_valid(self) -> None:
+        """Raise ``InvariantError`` naming the first broken invariant; for tests."""
+        try:
+            self._trie.check()
+        except AssertionError as error:
+            raise InvariantError(f"the prefix tree is inconsistent: {error}") from None
+        in_tree = {id(live) for _, live in self._trie.items()}
+        if in_tree != {id(live) for live in self._by_slot.values()}:
+            raise InvariantError("the prefix tree and the slot table hold different entries")
+        for slot, live in self._by_slot.items():
+            if live.entry.slot != slot or live.entry.length != len(live.tokens):
+                raise InvariantError(f"slot {slot} holds {live.entry} of {len(live.tokens)} tokens")
+        if sorted(self._free + list(self._by_slot)) != list(range(self._capacity)):
+            raise InvariantError("every shared slot must be either free or owned by one entry")
+        held = sum(live.pins for live in self._by_slot.values())
+        outstanding = sum(
+            1
+            for pins in self._plans.values()
+            for live in pins
+            if live.entry.slot in self._by_slot and self._by_slot[live.entry.slot] is live
+        )
+        if held != outstanding or any(live.pins < 0 for live in self._by_slot.values()):
+            raise InvariantError(f"{held} pins held, {outstanding} by unreleased plans")
+
+    # -- placement and eviction ------------------------------------------------------
+
+    def _place(self, tokens: list[int], length: int) -> _Live | None:
+        """A new entry at ``tokens[:length]`` in a free or evicted slot; ``None``: declined."""
+        if not self._free:
+            victim = self._victim()
+            if victim is None:
+                self._stats["declined"] += 1
+                return None
+            self._drop(victim)
+            self._stats["evicted"] += 1
+        slot = self._free.pop()
+        live = _Live(PrefixEntry(length, slot, mint_ticket()), tuple(tokens[:length]))
+        self._touch(live)
+        self._trie.put(tokens, length, live)
+        self._by_slot[slot] = live
+        self._stats["published"] += 1
+        return live
+
+    def _victim(self) -> _Live | None:
+        """The unpinned entry the policy evicts (rule 7), or ``None`` when all are pinned."""
+        free = [live for live in self._by_slot.values() if not live.pins]
+        if not free:
+            return None
+        if self._eviction == "lru":
+            return min(free, key=lambda live: live.used)
+        clock = self._clock
+        return min(
+            free,
+            key=lambda live: (
+                (1 + live.hits) * live.entry.length / (1 + clock - live.used),
+                live.used,
+            ),
+        )
+
+    def _drop(self, live: _Live) -> None:
+        self._trie.remove(live.tokens, live.entry.length)
+        del self._by_slot[live.entry.slot]
+        self._free.append(live.entry.slot)
+        self._free.sort(reverse=True)
+        live.pins = 0
+
+    def _touch(self, live: _Live) -> None:
+        self._clock += 1
+        live.used = self._clock
+
+    def _live(self, entry: PrefixEntry) -> _Live:
+        live = self._by_slot.get(entry.slot) if type(entry) is PrefixEntry else None
+        if live is None or live.entry != entry:
+            raise InvalidArgumentError(f"'entry' must be a live entry of this index, got {entry!r}")
+        return live
+
+
+def _token_list(tokens: Sequence[int]) -> list[int]:
+    """The token ids as a list of ints >= 0 (a sequence, an array or a tensor's ``tolist()``)."""
+    return int_column("tokens", tokens)

@@ -1,0 +1,325 @@
+"""``PrefixSnapshotIndex`` against a brute-force reference: a list of entries and linear scans."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+import attrs
+import pytest
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from ssm_rollback import (
+    InvalidArgumentError,
+    PrefillPlan,
+    PrefixEntry,
+    PrefixSnapshotIndex,
+    SsmPrefixRestore,
+    SsmPrefixSave,
+)
+
+
+@attrs.define
+class _Ref:
+    tokens: tuple[int, ...]
+    slot: int
+    pins: int = 0
+    hits: int = 0
+    used: int = 0
+
+
+@attrs.define
+class ReferenceIndex:
+    """The plainest model of SPEC 13's index: a list, scanned."""
+
+    capacity: int
+    eviction: str
+    entries: list[_Ref] = attrs.field(factory=list)
+    plans: dict[int, list[_Ref]] = attrs.field(factory=dict)
+    clock: int = 0
+    stats: dict[str, int] = attrs.field(
+        factory=lambda: dict.fromkeys(
+            ("hits", "misses", "tokens_reused", "published", "evicted", "declined"), 0
+        )
+    )
+
+    def match(self, tokens: Sequence[int]) -> _Ref | None:
+        fits = [
+            e
+            for e in self.entries
+            if len(e.tokens) <= len(tokens) - 1 and tuple(tokens[: len(e.tokens)]) == e.tokens
+        ]
+        return max(fits, key=lambda e: len(e.tokens), default=None)
+
+    def _at(self, tokens: Sequence[int], length: int) -> _Ref | None:
+        return next((e for e in self.entries if e.tokens == tuple(tokens[:length])), None)
+
+    def _touch(self, e: _Ref) -> None:
+        self.clock += 1
+        e.used = self.clock
+
+    def _place(self, tokens: Sequence[int], length: int) -> _Ref | None:
+        if len(self.entries) == self.capacity:
+            free = [e for e in self.entries if not e.pins]
+            if not free:
+                self.stats["declined"] += 1
+                return None
+            if self.eviction == "lru":
+                victim = min(free, key=lambda e: e.used)
+            else:
+                clock = self.clock
+                victim = min(
+                    free,
+                    key=lambda e: ((1 + e.hits) * len(e.tokens) / (1 + clock - e.used), e.used),
+                )
+            self.entries.remove(victim)
+            self.stats["evicted"] += 1
+        slot = min(set(range(self.capacity)) - {e.slot for e in self.entries})
+        e = _Ref(tuple(tokens[:length]), slot)
+        self._touch(e)
+        self.entries.append(e)
+        self.stats["published"] += 1
+        return e
+
+    def plan(
+        self, tokens: Sequence[int], publish_at: Sequence[int]
+    ) -> tuple[_Ref | None, list[int | None], list[_Ref]]:
+        hit = self.match(tokens)
+        pinned = []
+        if hit is None:
+            self.stats["misses"] += 1
+        else:
+            self.stats["hits"] += 1
+            self.stats["tokens_reused"] += len(hit.tokens)
+            self._touch(hit)
+            hit.hits += 1
+            hit.pins += 1
+            pinned.append(hit)
+        start = 0 if hit is None else len(hit.tokens)
+        saves: list[int | None] = []
+        for p in sorted(set(publish_at)):
+            if p <= start:
+                continue
+            live = self._at(tokens, p)
+            if live is not None:
+                self._touch(live)
+                continue
+            placed = self._place(tokens, p)
+            if placed is not None:
+                placed.pins += 1
+                pinned.append(placed)
+                saves.append(placed.slot)
+        return hit, saves, pinned
+
+    def publish(self, tokens: Sequence[int], length: int) -> int | None:
+        live = self._at(tokens, length)
+        if live is not None:
+            self._touch(live)
+            return None
+        placed = self._place(tokens, length)
+        return None if placed is None else placed.slot
+
+    def release(self, pinned: list[_Ref]) -> None:
+        for e in pinned:
+            if e in self.entries:
+                e.pins -= 1
+
+    def discard(self, slot: int) -> None:
+        e = next(e for e in self.entries if e.slot == slot)
+        e.pins = 0
+        self.entries.remove(e)
+
+
+TOKENS = st.lists(st.integers(0, 3), min_size=1, max_size=12)
+
+
+class PrefixIndexMachine(RuleBasedStateMachine):
+    """Random plans, publishes, releases, discards and matches, compared step by step."""
+
+    @initialize(capacity=st.integers(0, 6), eviction=st.sampled_from(["lru", "benefit"]))
+    def start(self, capacity: int, eviction: str) -> None:
+        self.index = PrefixSnapshotIndex(capacity, eviction=eviction)  # type: ignore[arg-type]
+        self.ref = ReferenceIndex(capacity, eviction)
+        self.plans: list[tuple[PrefillPlan, list[_Ref]]] = []
+        self.tickets: set[int] = set()
+
+    @rule(tokens=TOKENS)
+    def match(self, tokens: list[int]) -> None:
+        found, expected = self.index.match(tokens), self.ref.match(tokens)
+        assert (None if found is None else (found.length, found.slot)) == (
+            None if expected is None else (len(expected.tokens), expected.slot)
+        )
+
+    @rule(tokens=TOKENS, data=st.data())
+    def plan(self, tokens: list[int], data: st.DataObject) -> None:
+        publish_at = data.draw(st.lists(st.integers(0, len(tokens) - 1), max_size=4))
+        plan = self.index.plan_prefill(3, tokens, publish_at=publish_at)
+        hit, saves, pinned = self.ref.plan(tokens, publish_at)
+        if hit is None:
+            assert plan.hit is None
+            assert plan.start == 0
+        else:
+            assert plan.hit is not None
+            assert (plan.hit.entry.length, plan.hit.entry.slot) == (len(hit.tokens), hit.slot)
+            assert plan.hit.restore == SsmPrefixRestore(
+                3, hit.slot, len(hit.tokens), plan.hit.entry.ticket
+            )
+        assert [s.slot for s in plan.saves] == saves
+        assert plan.chunks[-1].end == len(tokens)
+        for save in plan.saves:
+            assert save.ticket not in self.tickets  # rule 5: a fresh ticket per placement
+            self.tickets.add(save.ticket)
+        self.plans.append((plan, pinned))
+
+    @precondition(lambda self: bool(self.plans))
+    @rule(data=st.data())
+    def release(self, data: st.DataObject) -> None:
+        k = data.draw(st.integers(0, len(self.plans) - 1))
+        plan, pinned = self.plans.pop(k)
+        self.index.release(plan)
+        self.ref.release(pinned)
+
+    @rule(tokens=TOKENS, data=st.data())
+    def publish(self, tokens: list[int], data: st.DataObject) -> None:
+        length = data.draw(st.integers(1, len(tokens)))
+        save = self.index.publish(5, tokens, length)
+        slot = self.ref.publish(tokens, length)
+        assert (None if save is None else save.slot) == slot
+        if save is not None:
+            assert save.ticket not in self.tickets
+            self.tickets.add(save.ticket)
+
+    @precondition(lambda self: len(self.index) > 0)
+    @rule(data=st.data())
+    def discard(self, data: st.DataObject) -> None:
+        entry = data.draw(st.sampled_from(self.index.entries()))
+        self.index.discard(entry)
+        self.ref.discard(entry.slot)
+
+    @invariant()
+    def agrees(self) -> None:
+        if not hasattr(self, "index"):
+            return
+        self.index.check_valid()
+        assert {(e.length, e.slot, self.index.tokens_of(e)) for e in self.index.entries()} == {
+            (len(e.tokens), e.slot, e.tokens) for e in self.ref.entries
+        }
+        assert attrs.asdict(self.index.stats) == self.ref.stats
+
+
+TestPrefixIndexMachine = PrefixIndexMachine.TestCase
+
+
+def test_fifty_thousand_random_operations_agree_with_the_reference() -> None:
+    """The same machine's operations, seeded, 50,000 of them over fresh indices."""
+    rng = random.Random(13)
+    done = 0
+    while done < 50_000:
+        machine = PrefixIndexMachine()
+        machine.start(rng.randint(0, 6), rng.choice(["lru", "benefit"]))
+        for _ in range(200):
+            tokens = [rng.randint(0, 3) for _ in range(rng.randint(1, 12))]
+            op = rng.random()
+            if op < 0.35:
+                publish_at = [rng.randrange(len(tokens)) for _ in range(rng.randint(0, 4))]
+                machine.plan(tokens, _Fixed([publish_at]))
+            elif op < 0.55 and machine.plans:
+                machine.release(_Fixed([rng.randrange(len(machine.plans))]))
+            elif op < 0.8:
+                machine.publish(tokens, _Fixed([rng.randint(1, len(tokens))]))
+            elif op < 0.9 and len(machine.index):
+                machine.discard(_Fixed([rng.choice(machine.index.entries())]))
+            else:
+                machine.match(tokens)
+            machine.agrees()
+            done += 1
+
+
+@attrs.define
+class _Fixed:
+    """``data.draw`` for the seeded driver: hands out the given values in order."""
+
+    values: list[object]
+
+    def draw(self, strategy: object, label: object = None) -> object:
+        return self.values.pop(0)
+
+
+def test_a_slot_reused_by_another_prefix_is_never_restored_for_the_old_one() -> None:
+    index = PrefixSnapshotIndex(1)
+    old = index.publish(0, [1, 2, 3, 9], 3)
+    assert old is not None
+    new = index.publish(0, [4, 5, 6, 9], 3)  # evicts [1, 2, 3]: same slot, new ticket
+    assert new is not None
+    assert new.slot == old.slot
+    assert new.ticket != old.ticket
+    assert index.match([1, 2, 3, 9]) is None
+    plan = index.plan_prefill(1, [4, 5, 6, 9])
+    assert plan.hit is not None
+    assert plan.hit.restore.ticket == new.ticket
+
+
+def test_a_pinned_entry_is_never_evicted() -> None:
+    index = PrefixSnapshotIndex(1)
+    assert index.publish(0, [1, 2, 3, 9], 3) is not None
+    plan = index.plan_prefill(0, [1, 2, 3, 4])  # a hit: pinned until released
+    assert plan.hit is not None
+    assert index.publish(0, [7, 7, 7, 7], 2) is None  # declined, not evicted
+    assert index.stats.declined == 1
+    assert index.match([1, 2, 3, 4]) == plan.hit.entry
+    index.release(plan)
+    assert index.publish(0, [7, 7, 7, 7], 2) is not None
+    with pytest.raises(InvalidArgumentError, match="not yet released"):
+        index.release(plan)
+
+
+def test_a_discarded_entry_is_gone() -> None:
+    index = PrefixSnapshotIndex(2)
+    save = index.publish(0, [1, 2, 3], 2)
+    assert isinstance(save, SsmPrefixSave)
+    (entry,) = index.entries()
+    index.discard(entry)
+    assert index.match([1, 2, 3]) is None
+    with pytest.raises(InvalidArgumentError, match="'entry' must be a live entry"):
+        index.discard(entry)
+    index.check_valid()
+
+
+def test_one_token_is_always_left_to_compute() -> None:
+    index = PrefixSnapshotIndex(2)
+    index.publish(0, [1, 2, 3], 3)
+    assert index.match([1, 2, 3]) is None
+    assert index.match([1, 2, 3, 4]) == PrefixEntry(3, 0, index.entries()[0].ticket)
+
+
+def test_a_disabled_index_misses_and_declines() -> None:
+    index = PrefixSnapshotIndex(0)
+    assert index.publish(0, [1, 2], 1) is None
+    plan = index.plan_prefill(0, [1, 2, 3], publish_at=[1, 2])
+    assert plan.hit is None
+    assert plan.saves == ()
+    assert index.stats.declined == 3
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda i: PrefixSnapshotIndex(-1), "'capacity'"),
+        (lambda i: PrefixSnapshotIndex(2, eviction="fifo"), "'eviction'"),  # type: ignore[arg-type]
+        (lambda i: i.plan_prefill(0, [1, 2], publish_at=[2]), "'publish_at'"),
+        (lambda i: i.plan_prefill(-1, [1, 2]), "'seq'"),
+        (lambda i: i.plan_prefill(0, "ab"), "'tokens'"),
+        (lambda i: i.publish(0, [1, 2], 3), "'length'"),
+        (lambda i: i.publish(0, [1, -2], 1), r"'tokens\[1\]'"),
+        (lambda i: i.release(None), "'plan'"),
+    ],
+)
+def test_bad_arguments_are_named_and_change_nothing(call: object, match: str) -> None:
+    index = PrefixSnapshotIndex(2)
+    index.publish(0, [1, 2, 3], 2)
+    before = index.entries()
+    with pytest.raises(InvalidArgumentError, match=match):
+        call(index)  # type: ignore[operator]
+    assert index.entries() == before
+    index.check_valid()
