@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import xgrammar
 
 from ssm_rollback import (
     InvalidArgumentError,
@@ -30,8 +31,6 @@ from ssm_rollback.integrations.grammar import (
     rollback_with_grammar,
 )
 
-xgrammar = pytest.importorskip("xgrammar")
-
 TOK = ByteTokenizer()
 OBJECT = {
     "type": "object",
@@ -41,7 +40,7 @@ OBJECT = {
 }
 
 
-def engine_matcher(vocab_size: int | None = None) -> object:
+def engine_matcher(vocab_size: int | None = None) -> xgrammar.GrammarMatcher:
     """A fresh xgrammar matcher of JSON for the byte vocabulary, its mask ``vocab_size`` wide."""
     info = xgrammar.TokenizerInfo(
         TOK.vocab(), xgrammar.VocabType.RAW, vocab_size=vocab_size, stop_token_ids=[256]
@@ -57,13 +56,13 @@ def engine_matcher(vocab_size: int | None = None) -> object:
 def test_xgrammar_matcher_refuses_a_vocab_size_other_than_its_grammars(vocab_size: int) -> None:
     engine = engine_matcher()
     with pytest.raises(InvalidArgumentError, match=r"'vocab_size' must be the matcher's vocab"):
-        XGrammarMatcher(engine, vocab_size)  # type: ignore[arg-type]
+        XGrammarMatcher(engine, vocab_size)
     assert XGrammarMatcher(engine, 257).num_tokens == 0  # its own size, and it did not move
 
 
 def test_xgrammar_matcher_names_the_size_its_grammar_was_compiled_for() -> None:
     with pytest.raises(InvalidArgumentError) as raised:
-        XGrammarMatcher(engine_matcher(), 258)  # type: ignore[arg-type]
+        XGrammarMatcher(engine_matcher(), 258)
     assert str(raised.value) == (
         "'vocab_size' must be the matcher's vocabulary size 257 (the vocab_size of the "
         "xgrammar.TokenizerInfo its grammar was compiled with), got 258"
@@ -73,8 +72,8 @@ def test_xgrammar_matcher_names_the_size_its_grammar_was_compiled_for() -> None:
 def test_a_padded_head_is_declared_to_xgrammar_and_then_taken() -> None:
     """xgrammar's own padding: ids 257..287 are in its vocabulary and never allowed."""
     with pytest.raises(InvalidArgumentError, match="vocabulary size 288"):
-        XGrammarMatcher(engine_matcher(288), 257)  # type: ignore[arg-type]
-    matcher = XGrammarMatcher(engine_matcher(288), 288)  # type: ignore[arg-type]
+        XGrammarMatcher(engine_matcher(288), 257)
+    matcher = XGrammarMatcher(engine_matcher(288), 288)
     for token in TOK.encode('{"a":"'):  # inside a string: every byte is allowed
         assert matcher.accept_token(token)
     mask = allocate_token_bitmask(1, 288)
@@ -89,11 +88,11 @@ def test_reading_the_vocabulary_leaves_matcher_and_stderr_alone(
 ) -> None:
     engine = engine_matcher()
     for token in [*TOK.encode("{}"), 256]:
-        assert engine.accept_token(token)  # type: ignore[attr-defined]
+        assert engine.accept_token(token)
     capfd.readouterr()
-    assert xgrammar_vocab.engine_vocab_size(engine) == 257  # type: ignore[arg-type]
-    assert engine.is_terminated()  # type: ignore[attr-defined]
-    wrapped = XGrammarMatcher(engine, 257)  # type: ignore[arg-type]
+    assert xgrammar_vocab.engine_vocab_size(engine) == 257
+    assert engine.is_terminated()
+    wrapped = XGrammarMatcher(engine, 257)
     assert wrapped.is_terminated()
     assert capfd.readouterr().err == ""  # xgrammar's warning was kept off stderr
 
@@ -103,7 +102,7 @@ def test_without_xgrammars_answer_the_bitmask_width_is_still_checked(
 ) -> None:
     monkeypatch.setattr(xgrammar_vocab, "engine_vocab_size", lambda matcher: None)
     with pytest.raises(InvalidArgumentError, match="which xgrammar refuses"):
-        XGrammarMatcher(engine_matcher(), 300)  # type: ignore[arg-type]
+        XGrammarMatcher(engine_matcher(), 300)
 
 
 # -- tokens the matcher accepted ------------------------------------------------------------
