@@ -90,7 +90,8 @@ def engine_vocab_size(matcher: xgrammar.GrammarMatcher) -> int | None:
 def _captured_stderr(call: Callable[[], object]) -> bytes:
     """What ``call()`` (and anything else in that moment) wrote to fd 2."""
     if sys.stderr is not None:
-        sys.stderr.flush()  # Python's pending output goes where it was meant to
+        with contextlib.suppress(OSError, ValueError):  # closed: nothing pending to send
+            sys.stderr.flush()  # Python's pending output goes where it was meant to
     saved = os.dup(2)
     try:
         with tempfile.TemporaryFile() as sink:
