@@ -132,6 +132,49 @@ def test_a_bad_config_field_names_the_config_flag(
     assert f"error: --config {path}: config field 'model_type' must be one of" in line
 
 
+# -- sizes past what any machine holds --------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["plan", "simulate"])
+def test_a_config_size_past_what_a_machine_holds_names_the_field(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``mamba_num_heads`` 10**30 once planned 8e35 bytes a snapshot, 0 slots, exit 0."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**shipped_config("nemotron-h-8b"), "mamba_num_heads": 10**30}))
+    argv = [command, "--config", str(path)] + (
+        ["--free-memory", "1GiB"] if command == "plan" else []
+    )
+    line = refused(capsys, *argv)
+    assert line == (
+        f"ssm-rollback {command}: error: --config {path}: config field 'mamba_num_heads' must "
+        f"be an int from 1 to 2**50 (nemotron_h; no machine holds more), got "
+        f"1,000,000,000,000,000,000,000,000,000,000"
+    )
+
+
+def test_spec_tokens_past_what_a_machine_holds_name_the_flag(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--spec-tokens 10**25`` once planned speculative buffers of 1e32 bytes, exit 0."""
+    line = refused(capsys, *PLAN, "--spec-tokens", str(10**25))
+    assert line.startswith("ssm-rollback plan: error: --spec-tokens gives about 10**")
+    assert "speculative buffers per sequence for 10,000,000,000,000,000,000,000,000 draft " in line
+    assert line.endswith("more than the 2**50 bytes (1 PiB) a machine holds (nemotron_h)")
+
+
+def test_a_depth_past_what_a_machine_holds_names_the_flag(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--depths 10**20`` once priced 9e15 TiB of snapshots per sequence, exit 0."""
+    line = refused(capsys, "simulate", "--tokens", "8", "--depths", f"1,{10**20}")
+    assert line == (
+        "ssm-rollback simulate: error: --depths: depth 100000000000000000000 needs "
+        "10,213,785,600,000,000,000,000,000,000 bytes of snapshots per sequence (102,137,856 a "
+        "slot), more than the 2**50 bytes (1 PiB) a machine holds"
+    )
+
+
 # -- files --------------------------------------------------------------------------------------
 
 

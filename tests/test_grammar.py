@@ -452,7 +452,7 @@ def test_a_refused_kv_cut_raises_before_anything_moves(engine: Engine) -> None:
         ({"seq": -1}, "'seq'"),
         ({"hybrid": 1}, "'hybrid'"),
         ({"boundaries": [2, 5, 70]}, "'boundaries' must all be <= current_len"),
-        ({"tokens": [1, 2, 3]}, "current_len|live snapshot"),
+        ({"tokens": [1, 2, 3]}, "'tokens' must hold every token the matcher accepted"),
         ({"ring": "ring"}, "'ring'"),
     ],
 )

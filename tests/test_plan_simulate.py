@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ssm_rollback import InvalidArgumentError
-from ssm_rollback._apps.simulate import TraceEvent, read_trace, replay, synthetic_trace
+from ssm_rollback._apps.simulate import TraceEvent, parse_trace, replay, synthetic_trace
 from ssm_rollback.cli import main, parse_size
 from ssm_rollback.reserve import ENV_VAR, shipped_config
 
@@ -184,13 +184,10 @@ def test_simulate_replays_a_jsonl_trace(tmp_path: Path) -> None:
         ('{"seq": 1' + "0" * 5000 + ', "event": "token"}', "must be JSON"),
     ],
 )
-def test_bad_trace_lines_name_the_line(tmp_path: Path, line: str, message: str) -> None:
-    path = tmp_path / "trace.jsonl"
-    path.write_text('{"seq": 0, "event": "token"}\n' + line + "\n")
+def test_bad_trace_lines_name_the_line(line: str, message: str) -> None:
+    data = ('{"seq": 0, "event": "token"}\n' + line + "\n").encode()
     with pytest.raises(InvalidArgumentError, match=f"trace.jsonl:2: .*{message}"):
-        read_trace(path)
-    with pytest.raises(InvalidArgumentError, match="not a readable file"):
-        read_trace(tmp_path / "none.jsonl")
+        parse_trace(data, "trace.jsonl")
 
 
 def test_simulate_rejects_bad_depths_and_rates(capsys: pytest.CaptureFixture[str]) -> None:

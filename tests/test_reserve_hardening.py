@@ -457,6 +457,57 @@ def test_a_spec_argument_must_be_a_spec_with_bytes() -> None:
         decode_rollback_ring_slots(empty, max_sequences=1, free_bytes=10**9, env={})
 
 
+# -- sizes past what any machine holds ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [2**50 + 1, 10**30, 10**5000], ids=["2**50+1", "1e30", "1e5000"])
+def test_a_size_field_past_what_a_machine_holds_is_named(value: int) -> None:
+    """``mamba_num_heads`` 10**30 once sized to 8e35 bytes a snapshot, and 0 slots."""
+    config = {**shipped_config("nemotron-h-8b"), "mamba_num_heads": value}
+    with pytest.raises(InvalidArgumentError) as raised:
+        state_spec_from_hf_config(config)
+    shown = f"{value:,}" if value < 10**40 else "about 10**5000"
+    assert str(raised.value) == (
+        f"config field 'mamba_num_heads' must be an int from 1 to 2**50 (nemotron_h; no "
+        f"machine holds more), got {shown}"
+    )
+
+
+def test_sizes_that_multiply_past_what_a_machine_holds_are_refused() -> None:
+    config = {**shipped_config("nemotron-h-8b"), "mamba_num_heads": 2**40, "mamba_head_dim": 2**30}
+    with pytest.raises(InvalidArgumentError) as raised:
+        state_spec_from_hf_config(config)
+    assert str(raised.value) == (
+        "config gives 14,677,115,028,758,857,324,462,080 bytes per snapshot (24 SSM layers; "
+        "the largest tensor, 'ssm', is 1,099,511,627,776x1,073,741,824x128 float32), more than "
+        "the 2**50 bytes (1 PiB) a machine holds (nemotron_h)"
+    )
+
+
+@pytest.mark.parametrize("drafts", [10**10, 10**25])
+def test_speculative_buffers_past_what_a_machine_holds_name_the_draft_tokens(drafts: int) -> None:
+    with pytest.raises(
+        InvalidArgumentError,
+        match=rf"^'num_speculative_tokens' gives .* bytes of speculative buffers per sequence "
+        rf"for {drafts:,} draft tokens, more than the 2\*\*50 bytes",
+    ):
+        state_spec_from_hf_config(shipped_config("nemotron-h-8b"), num_speculative_tokens=drafts)
+    spec = state_spec_from_hf_config(shipped_config("nemotron-h-8b"), num_speculative_tokens=64)
+    assert spec.speculative_bytes_per_sequence < 2**50
+
+
+def test_the_policy_refuses_a_hand_built_spec_or_memory_past_any_machine() -> None:
+    huge = StateTensorSpec("ssm", (2**40, 2**20), "float32")
+    spec = SsmStateSpec("mamba2", "vllm", 1, 1, (SsmLayerSpec(0, "mamba2", (huge,)),))
+    with pytest.raises(
+        InvalidArgumentError, match=r"^'spec' must fit a machine, got 4,611,686,018,427,387,904 "
+    ):
+        decode_rollback_ring_slots(spec, max_sequences=1, free_bytes=2**64, env={})
+    with pytest.raises(InvalidArgumentError, match=r"^'free_bytes' must be at most 2\*\*64"):
+        depth(free_bytes=2**64 + 1)
+    assert depth(free_bytes=2**64).slots == 8
+
+
 def test_a_fit_of_exactly_the_maximum_is_the_maximum_rule() -> None:
     assert depth(free_bytes=8 * 4 * PER) == RingDepth(8, DepthRule.MAXIMUM, PER, 8 * 4 * PER, 8)
     assert depth(free_bytes=8 * 4 * PER - 1).rule == DepthRule.MEMORY
@@ -550,7 +601,8 @@ def check_sizes_or_refuses(config: Mapping[str, object] | Path, **kwargs: object
         spec = state_spec_from_hf_config(config, **kwargs)  # type: ignore[arg-type]
     except SsmRollbackError:
         return
-    assert spec.bytes_per_snapshot > 0
+    assert 0 < spec.bytes_per_snapshot <= 2**50
+    assert spec.speculative_bytes_per_sequence <= 2**50
     assert all(size >= 1 for layer in spec.layers for t in layer.tensors for size in t.shape)
     assert 0 < len(spec.layers) <= spec.num_layers
     assert all(0 <= layer.index < spec.num_layers for layer in spec.layers)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Final, Literal
 
 import attrs
@@ -42,7 +41,7 @@ __all__ = [
     "MAX_SPEC_TOKENS",
     "DepthResult",
     "TraceEvent",
-    "read_trace",
+    "parse_trace",
     "replay",
     "synthetic_trace",
 ]
@@ -182,27 +181,23 @@ def _verify_steps(
             sampled = False
 
 
-def read_trace(path: str | Path) -> list[TraceEvent]:
-    """Read a JSONL trace: one object per line with ``seq`` and ``event`` (see docs).
+def parse_trace(data: bytes, source: str) -> list[TraceEvent]:
+    """A JSONL trace's events: one object per line with ``seq`` and ``event`` (see docs).
 
-    Errors start with the file (and line): the caller knows which flag named it.
+    ``data`` is the file's content, read by the caller (the CLI reads regular
+    files only, up to a limit); errors start with ``source`` (and the line).
     """
-    try:
-        data = Path(path).read_bytes()
-    except (OSError, ValueError) as error:  # ValueError: a NUL in the path
-        reason = error.strerror if isinstance(error, OSError) else error
-        raise InvalidArgumentError(f"{path}: not a readable file: {reason}") from None
     try:
         lines = data.decode("utf-8").splitlines()
     except UnicodeDecodeError as error:
         raise InvalidArgumentError(
-            f"{path}: not UTF-8 text (byte {error.start}: {error.reason})"
+            f"{source}: not UTF-8 text (byte {error.start}: {error.reason})"
         ) from None
     events = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
-        events.append(_event(line, f"{path}:{number}"))
+        events.append(_event(line, f"{source}:{number}"))
     return events
 
 

@@ -1,14 +1,11 @@
-"""What several subcommands share: flag types, sizes, JSON files, a progress bar."""
+"""What several subcommands share: flag types, sizes, a progress bar."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import re
 from collections.abc import Callable
 from fractions import Fraction
-from pathlib import Path
 from typing import Final, TextIO
 
 from .._errors import InvalidArgumentError
@@ -21,7 +18,6 @@ __all__ = [
     "parse_size",
     "progress_bar",
     "rate_flag",
-    "read_json_file",
     "size_flag",
 ]
 
@@ -111,42 +107,6 @@ def size_flag(text: str) -> int:
         return parse_size(text)
     except InvalidArgumentError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
-
-
-# -- files ----------------------------------------------------------------------------------
-
-
-def read_json_file(flag: str, path: str, *, directory_file: str | None = None) -> object:
-    """The JSON value in ``path``, strictly UTF-8; every failure a ``FlagError`` for ``flag``.
-
-    ``directory_file`` is read instead when ``path`` is a directory (a model
-    directory holds ``config.json``).
-    """
-    file = Path(path)
-    # os.path.isdir, not Path.is_dir: that raises for a name too long or with a NUL in it.
-    if directory_file is not None and os.path.isdir(file):
-        file = file / directory_file
-    try:
-        data = file.read_bytes()
-    except (OSError, ValueError) as error:  # ValueError: a NUL in the path
-        reason = error.strerror if isinstance(error, OSError) else error
-        raise FlagError(flag, f"cannot read {str(file)!r}: {reason}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise FlagError(
-            flag, f"{str(file)!r} is not UTF-8 text (byte {error.start}: {error.reason})"
-        ) from None
-    try:
-        return json.loads(text, parse_constant=_no_constant)
-    except (json.JSONDecodeError, ValueError) as error:
-        raise FlagError(flag, f"{str(file)!r} is not JSON: {error}") from None
-    except RecursionError:
-        raise FlagError(flag, f"{str(file)!r} nests JSON too deeply") from None
-
-
-def _no_constant(name: str) -> object:
-    raise ValueError(f"{name} is not a JSON number")
 
 
 def one_line(text: str) -> str:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Final
 
-from ._common import FlagError, int_flag, one_line, read_json_file
+from ._common import FlagError, int_flag, one_line
+from ._files import read_json_file
 
 if TYPE_CHECKING:
     from ..reserve import SsmStateSpec

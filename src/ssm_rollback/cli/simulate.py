@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Final, TextIO
 from .._apps.simulate import MAX_SPEC_TOKENS
 from .._errors import InvalidArgumentError
 from ._common import FlagError, human, int_flag, one_line, progress_bar, rate_flag
+from ._files import MAX_TRACE_BYTES, read_file
 from ._model import MODEL_FLAGS, add_model_arguments, load_spec
 
 if TYPE_CHECKING:
@@ -23,6 +24,8 @@ __all__ = ["DEFAULT_ACCEPT_RATE", "MAX_EVENTS", "add_parser", "run"]
 MAX_EVENTS: Final = 10_000_000
 #: --accept-rate when --spec-tokens is given without it.
 DEFAULT_ACCEPT_RATE: Final = 0.7
+#: Snapshot bytes one sequence may need at most: the bound sizing puts on a config too.
+MAX_BYTES_PER_SEQUENCE: Final = 2**50
 
 
 def _depths(text: str) -> list[int]:
@@ -101,6 +104,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         _check_plot(args.plot)
     _check_speculation(args)  # before load_spec sizes the engine's buffers for K
     _, spec = load_spec(args)
+    per_slot = spec.bytes_per_snapshot
+    _check_depths(args.depths, per_slot)
     events, source = _events(args)
     speculation = _speculation(args, events)
     depths: list[int] = args.depths
@@ -113,7 +118,6 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
             bar(base + done, total)
 
         results.append(replay(events, depth, progress))
-    per_slot = spec.bytes_per_snapshot
     if args.plot is not None:
         _plot(args.plot, results, per_slot, spec.model_type)
     if args.json:
@@ -159,6 +163,17 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def _check_depths(depths: list[int], per_slot: int) -> None:
+    """A depth whose snapshots no machine could hold is a typo: the report would price it."""
+    deepest = max(depths)
+    if deepest * per_slot > MAX_BYTES_PER_SEQUENCE:
+        raise FlagError(
+            "--depths",
+            f"depth {deepest} needs {deepest * per_slot:,} bytes of snapshots per sequence "
+            f"({per_slot:,} a slot), more than the 2**50 bytes (1 PiB) a machine holds",
+        )
+
+
 def _spec_tokens(args: argparse.Namespace) -> int:
     # --spec-tokens is a model flag (it also sizes the engine's speculative buffers);
     # getattr: a parser without it simulates plain decoding.
@@ -202,11 +217,12 @@ def _check_speculation(args: argparse.Namespace) -> None:
 
 
 def _events(args: argparse.Namespace) -> tuple[list[TraceEvent], str]:
-    from .._apps.simulate import read_trace, synthetic_trace
+    from .._apps.simulate import parse_trace, synthetic_trace
 
     if args.trace is not None:
+        path, data = read_file("--trace", args.trace, limit=MAX_TRACE_BYTES)
         try:
-            return read_trace(args.trace), f"trace {one_line(args.trace)}"
+            return parse_trace(data, path), f"trace {one_line(path)}"
         except InvalidArgumentError as error:
             raise FlagError("--trace", str(error)) from None
     if args.sequences * args.tokens > MAX_EVENTS:

@@ -37,7 +37,7 @@ from ._families import FAMILIES, layer_tensors
 from ._fields import Fields, check_positive, load
 from ._layers import num_layers
 from ._models import MODEL_TYPES, SHIPPED_MODELS, normalize, shipped_config
-from ._spec import Layout, SsmLayerSpec, SsmStateSpec, StateTensorSpec
+from ._spec import Layout, SsmLayerSpec, SsmStateSpec, StateTensorSpec, oversized
 
 __all__ = [
     "DEFAULT_MAX_SLOTS",
@@ -103,7 +103,9 @@ def state_spec_from_hf_config(
     model types, a layout that does not serve the model type, a
     ``tp_size`` that does not divide the heads and degenerate values raise
     ``InvalidArgumentError`` naming the field: no config yields a zero or
-    negative byte count.
+    negative byte count, nor one past 2**50 bytes (1 PiB) per sequence, the
+    snapshot or the speculative buffers (a size field past 2**50 is named
+    itself).
     """
     data = normalize(load(config))
     tp = check_positive("tp_size", tp_size)
@@ -148,7 +150,7 @@ def state_spec_from_hf_config(
     conv, ssm = state_dtypes(f, model, resolved, dtype, conv_dtype, ssm_dtype)
     shape = FAMILIES[model.kind](f, tp, model.width)
     tensors, speculative = layer_tensors(shape, resolved, conv, ssm, drafts)
-    return SsmStateSpec(
+    spec = SsmStateSpec(
         model_type=model_type,
         layout=resolved,
         tp_size=tp,
@@ -156,3 +158,11 @@ def state_spec_from_hf_config(
         layers=tuple(SsmLayerSpec(i, model.kind, tensors, speculative) for i in layers),
         num_speculative_tokens=drafts,
     )
+    # The per-field bound names one absurd field; this catches a product of several, and
+    # more draft tokens than any engine could allocate buffers for.
+    oversize = oversized(spec)
+    if oversize is not None:
+        what, problem = oversize
+        name = "'num_speculative_tokens'" if what == "speculative" else "config"
+        raise InvalidArgumentError(f"{name} gives {problem} ({model_type})")
+    return spec

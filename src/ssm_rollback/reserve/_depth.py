@@ -16,7 +16,7 @@ from .._errors import (
     describe,
 )
 from ._fields import check_positive
-from ._spec import SsmStateSpec
+from ._spec import SsmStateSpec, number, oversized
 
 __all__ = ["DEFAULT_MAX_SLOTS", "ENV_VAR", "DepthRule", "RingDepth", "decode_rollback_ring_slots"]
 
@@ -24,6 +24,8 @@ __all__ = ["DEFAULT_MAX_SLOTS", "ENV_VAR", "DepthRule", "RingDepth", "decode_rol
 DEFAULT_MAX_SLOTS: Final = 8
 #: The environment variable that overrides the policy (the flag beats it).
 ENV_VAR: Final = "SSM_ROLLBACK_RING_SLOTS"
+#: More memory than any machine has (16 EiB, what ``--free-memory`` takes at most).
+MAX_FREE_BYTES: Final = 2**64
 
 
 class DepthRule(enum.Enum):
@@ -98,7 +100,8 @@ def decode_rollback_ring_slots(
     must fit. A malformed or unaffordable override raises
     ``InvalidArgumentError`` naming its source; so does any other argument
     of the wrong type or range (``env`` must be a mapping, ``max_sequences``
-    at least 1).
+    at least 1, ``free_bytes`` at most 2**64, a ``spec`` at most 2**50 bytes
+    per sequence).
     """
     if not isinstance(spec, SsmStateSpec):
         raise InvalidArgumentTypeError(f"'spec' must be an SsmStateSpec, got {type(spec).__name__}")
@@ -111,6 +114,11 @@ def decode_rollback_ring_slots(
             f"'env' must be a mapping of environment variables such as os.environ, "
             f"got {describe(env)}"
         )
+    if free > MAX_FREE_BYTES:
+        raise InvalidArgumentError(
+            f"'free_bytes' must be at most 2**64 (16 EiB, more than any machine holds), "
+            f"got {number(free)}"
+        )
     per_slot = spec.bytes_per_snapshot
     # The spec's validators already refuse this; a spec built around them must not divide by 0.
     if per_slot <= 0:
@@ -118,6 +126,9 @@ def decode_rollback_ring_slots(
             f"'spec' must describe at least one byte per snapshot, got {per_slot} "
             f"({spec.model_type}, {len(spec.layers)} SSM layers)"
         )
+    oversize = oversized(spec)  # state_spec_from_hf_config refuses these; a hand-built spec
+    if oversize is not None:
+        raise InvalidArgumentError(f"'spec' must fit a machine, got {oversize[1]}")
     speculative = sequences * spec.speculative_bytes_per_sequence
     fit = max(0, free - speculative) // (sequences * per_slot)
 

@@ -11,7 +11,7 @@ from typing import Final
 import attrs
 
 from .._errors import InvalidArgumentError, InvalidArgumentTypeError, describe
-from ._spec import DTYPE_BYTES
+from ._spec import DTYPE_BYTES, MAX_BYTES, number
 
 __all__ = ["Fields", "check_positive", "divide", "dtype_name", "load"]
 
@@ -98,6 +98,13 @@ def _checked_int(model_type: str, name: str, value: object, minimum: int) -> int
         raise InvalidArgumentTypeError(f"{expected}, got {describe(value)}")
     if value < minimum:
         raise InvalidArgumentError(f"{expected}, got {value!r}")
+    # Every size field is a dimension of some state tensor (or counts layers): past
+    # MAX_BYTES alone it is more than any machine holds.
+    if value > MAX_BYTES:
+        raise InvalidArgumentError(
+            f"config field '{name}' must be an int from {minimum} to 2**50 ({model_type}; no "
+            f"machine holds more), got {number(value)}"
+        )
     return int(value)
 
 

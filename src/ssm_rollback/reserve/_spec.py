@@ -1,7 +1,8 @@
 """What one sequence's recurrent state is made of: tensors, layers, the whole spec.
 
 The validators make a spec of zero or negative bytes impossible to build, so
-every consumer may divide by ``bytes_per_snapshot``.
+every consumer may divide by ``bytes_per_snapshot``; sizing refuses one past
+``MAX_BYTES`` per sequence (``oversized``).
 """
 
 from __future__ import annotations
@@ -15,11 +16,14 @@ from .._errors import InvalidArgumentError
 
 __all__ = [
     "DTYPE_BYTES",
+    "MAX_BYTES",
     "LayerKind",
     "Layout",
     "SsmLayerSpec",
     "SsmStateSpec",
     "StateTensorSpec",
+    "number",
+    "oversized",
 ]
 
 #: ``"engine"`` is the v0.1 name of ``"vllm"``; a spec always names the layout it resolved to.
@@ -32,6 +36,10 @@ LayerKind: TypeAlias = Literal[
     "short_conv",
     "compressed_conv_attention",
 ]
+
+#: No machine holds more than this (1 PiB) for one sequence: a larger byte count, or a
+#: larger size in a config, is a typo or a hostile file, not a plan.
+MAX_BYTES: Final = 2**50
 
 DTYPE_BYTES: Final[Mapping[str, int]] = {
     "float64": 8,
@@ -137,3 +145,32 @@ class SsmStateSpec:
     def dtype_rules(self) -> Mapping[str, str]:
         """Each state tensor's name and the rule that chose its dtype."""
         return {t.name: f"{t.dtype}: {t.dtype_rule}" for t in self.layers[0].tensors}
+
+
+def oversized(spec: SsmStateSpec) -> tuple[Literal["snapshot", "speculative"], str] | None:
+    """Which per-sequence byte count of ``spec`` is past ``MAX_BYTES``, said for an error."""
+    per_slot = spec.bytes_per_snapshot
+    if per_slot > MAX_BYTES:
+        tensor = max((t for layer in spec.layers for t in layer.tensors), key=lambda t: t.nbytes)
+        shape = "x".join(map(number, tensor.shape))
+        return "snapshot", (
+            f"{number(per_slot)} bytes per snapshot ({len(spec.layers)} SSM layers; the largest "
+            f"tensor, {tensor.name!r}, is {shape} {tensor.dtype}), more than the 2**50 bytes "
+            f"(1 PiB) a machine holds"
+        )
+    speculative = spec.speculative_bytes_per_sequence
+    if speculative > MAX_BYTES:
+        return "speculative", (
+            f"{number(speculative)} bytes of speculative buffers per sequence for "
+            f"{number(spec.num_speculative_tokens)} draft tokens, more than the 2**50 bytes "
+            f"(1 PiB) a machine holds"
+        )
+    return None
+
+
+def number(value: int) -> str:
+    """``value`` for a message: its digits, grouped, or its magnitude where they would not do
+    (Python refuses to print an int of more than 4300 digits)."""
+    if value < 10**40:
+        return f"{value:,}"
+    return f"about 10**{int(value.bit_length() * 0.30103)}"  # log10(2): digits from bits

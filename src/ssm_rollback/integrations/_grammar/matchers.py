@@ -28,13 +28,14 @@ from typing import TYPE_CHECKING, Protocol, final, runtime_checkable
 import torch
 
 from ..._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int
-from .bitmask import allocate_token_bitmask, check_row, clear_padding, describe
+from .bitmask import check_row, clear_padding, describe
+from .xgrammar_vocab import check_vocab_size
 
 if TYPE_CHECKING:
     import llguidance
     import xgrammar
 
-__all__ = ["GrammarMatcher", "LLGuidanceMatcher", "XGrammarMatcher"]
+__all__ = ["CountingMatcher", "GrammarMatcher", "LLGuidanceMatcher", "XGrammarMatcher"]
 
 
 @runtime_checkable
@@ -70,6 +71,16 @@ class GrammarMatcher(Protocol):
 
     def fill_next_token_bitmask(self, bitmask: torch.Tensor, index: int = 0, /) -> None:
         """Write the tokens allowed next into row ``index`` of ``bitmask``."""
+        ...
+
+
+@runtime_checkable
+class CountingMatcher(GrammarMatcher, Protocol):
+    """A ``GrammarMatcher`` that also counts the tokens it accepted (the adapters do)."""
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens accepted through this object and not rolled back."""
         ...
 
 
@@ -116,7 +127,9 @@ class _CountedAdapter:
 class XGrammarMatcher(_CountedAdapter):
     """A ``GrammarMatcher`` over an ``xgrammar.GrammarMatcher``.
 
-    ``vocab_size`` is the tokenizer info's (the bitmask width follows it).
+    ``vocab_size`` is the ``vocab_size`` of the ``xgrammar.TokenizerInfo``
+    the matcher's grammar was compiled with (the bitmask width follows it):
+    any other is refused, a padded model head is declared to xgrammar there.
     ``max_rollback_tokens`` bounds how far back a rollback may reach, as an
     engine with a bounded history would (default: every token accepted
     through this adapter). Wrap a fresh matcher: tokens it accepted before
@@ -141,14 +154,7 @@ class XGrammarMatcher(_CountedAdapter):
         engine_max = matcher.max_rollback_tokens  # -1 (unbounded) since xgrammar 0.1.20
         if engine_max >= 0:
             self._max = engine_max if self._max is None else min(self._max, engine_max)
-        if not matcher.is_terminated():
-            try:
-                matcher.fill_next_token_bitmask(allocate_token_bitmask(1, vocab_size))
-            except RuntimeError as error:
-                raise InvalidArgumentError(
-                    f"'vocab_size' must be the matcher's tokenizer vocabulary size, got "
-                    f"{vocab_size}, which xgrammar refuses: {str(error).strip()}"
-                ) from None
+        check_vocab_size(matcher, vocab_size)
         self._matcher = matcher
         self._vocab_size = vocab_size
         self._accepted = 0

@@ -2,6 +2,9 @@
 
 The order is what makes it a transaction:
 
+0. A matcher that accepted more tokens than the sequence holds (its
+   ``rollback_limit`` or ``num_tokens`` past ``len(tokens)``) is refused:
+   it would stay ahead of the model after any rollback.
 1. Plan without moving (``plan_rollback``): the boundary the ring can reach
    (``tokens_dropped``), the restore it needs, the KV crop (checked, not
    run). A model-side shortfall is its ``RollbackDeclined``.
@@ -25,6 +28,7 @@ import attrs
 
 from ... import SsmDecodeRing, SsmSnapshotRestore
 from ..._errors import (
+    InvalidArgumentError,
     InvalidArgumentTypeError,
     InvariantError,
     StaleSnapshotError,
@@ -32,7 +36,7 @@ from ..._errors import (
 )
 from ...pool import SnapshotPool
 from ...rollback import RollbackDeclined, RollbackPlan, commit_rollback, plan_rollback
-from .matchers import GrammarMatcher
+from .matchers import CountingMatcher, GrammarMatcher
 
 __all__ = ["CropPlanner", "MatcherDeclined", "rollback_with_grammar"]
 
@@ -69,7 +73,11 @@ def rollback_with_grammar(
     """Roll sequence ``seq`` and its grammar matcher back to its last reachable boundary together.
 
     ``tokens`` are the sequence's output tokens, every one accepted by
-    ``matcher`` (``current_len`` is their count); ``boundaries``, ``at_most``
+    ``matcher`` (``current_len`` is their count): a matcher whose
+    ``rollback_limit`` - or ``num_tokens``, where it counts its tokens as the
+    adapters do - exceeds ``len(tokens)`` accepted tokens the sequence does
+    not hold, and is refused (``InvalidArgumentError`` naming ``tokens``)
+    before anything moves; ``boundaries``, ``at_most``
     and ``hybrid`` as for ``rollback_to_boundary``. On success the snapshot is
     restored into ``pool`` (``None``: the model has no recurrent state to
     restore), the KV cut by ``crop`` if given, the ring truncated, the matcher
@@ -111,15 +119,14 @@ def _transact(
 ) -> RollbackPlan | RollbackDeclined | MatcherDeclined:
     """``rollback_with_grammar``, also without a matcher (the decoders' plain rollbacks)."""
     current_len = _check_inputs(tokens, pool, crop)
+    limit = None if matcher is None else _matcher_limit(matcher, current_len)
     plan = plan_rollback(
         ring, boundaries, seq=seq, current_len=current_len, at_most=at_most, hybrid=hybrid
     )
     if isinstance(plan, RollbackDeclined):
         return plan
-    if matcher is not None:
-        limit = _matcher_limit(matcher)
-        if limit < plan.tokens_dropped:
-            return MatcherDeclined(plan.seq, plan.tokens_dropped, limit)
+    if limit is not None and limit < plan.tokens_dropped:
+        return MatcherDeclined(plan.seq, plan.tokens_dropped, limit)
     restores = list(plan.effects) if pool is not None else []
     for restore in restores:
         _check_held(pool, restore)
@@ -156,9 +163,24 @@ def _check_inputs(
     return len(tokens)
 
 
-def _matcher_limit(matcher: GrammarMatcher) -> int:
-    """The matcher's ``rollback_limit``, checked: it decides whether anything moves."""
-    return check_non_negative_int("matcher.rollback_limit", matcher.rollback_limit)
+def _matcher_limit(matcher: GrammarMatcher, held: int) -> int:
+    """The matcher's ``rollback_limit``, checked: it decides whether anything moves.
+
+    A matcher that accepted more tokens than the ``held`` ones would stay that
+    far ahead of the model after the rollback. It accepted at least its
+    ``rollback_limit`` and, where it counts them, its ``num_tokens``; fewer
+    is no error (tokens an adapter's engine took before it was wrapped).
+    """
+    limit = check_non_negative_int("matcher.rollback_limit", matcher.rollback_limit)
+    taken = limit
+    if isinstance(matcher, CountingMatcher):
+        taken = max(taken, check_non_negative_int("matcher.num_tokens", matcher.num_tokens))
+    if taken > held:
+        raise InvalidArgumentError(
+            f"'tokens' must hold every token the matcher accepted: it accepted at least "
+            f"{taken}, got {held} tokens; nothing was moved"
+        )
+    return limit
 
 
 def _plan_cut(crop: CropPlanner, target: int) -> Callable[[], None]:

@@ -22,7 +22,7 @@ from ..._errors import (
     check_non_negative_int,
 )
 from .bitmask import allocate_token_bitmask, apply_token_bitmask
-from .matchers import GrammarMatcher
+from .matchers import CountingMatcher, GrammarMatcher
 
 __all__ = ["GrammarArg", "RowGrammar", "row_grammars"]
 
@@ -69,7 +69,7 @@ def row_grammars(grammar: GrammarArg, rows: int, vocab_size: int) -> list[RowGra
     """``grammar=`` as one ``RowGrammar`` (or ``None``) per row, checked.
 
     ``vocab_size``: the ids the model scores; a matcher may cover fewer (a
-    padded head), not more.
+    padded head), not more. A matcher that already accepted tokens is refused.
     """
     if grammar is None:
         return [None] * rows
@@ -97,6 +97,15 @@ def row_grammars(grammar: GrammarArg, rows: int, vocab_size: int) -> list[RowGra
         if any(other is matcher for other in matchers[:index]):
             raise InvalidArgumentError(
                 f"'{name}' is the matcher of an earlier row: each row needs its own"
+            )
+        taken = check_non_negative_int(f"{name}.rollback_limit", matcher.rollback_limit)
+        if isinstance(matcher, CountingMatcher):
+            taken = max(taken, check_non_negative_int(f"{name}.num_tokens", matcher.num_tokens))
+        if taken:
+            # Every rollback would leave it that far ahead of the row's tokens.
+            raise InvalidArgumentError(
+                f"'{name}' must be a fresh matcher (the row has no tokens yet), got one that "
+                f"accepted {taken} tokens"
             )
         covered = check_non_negative_int(f"{name}.vocab_size", matcher.vocab_size)
         if covered > vocab_size:
