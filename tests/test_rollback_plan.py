@@ -122,7 +122,7 @@ def test_the_grammar_transaction_searches_once(monkeypatch: pytest.MonkeyPatch) 
 
     class Matcher:
         vocab_size = 16
-        rollback_limit = 10
+        rollback_limit = 8
 
         def rollback(self, n: int) -> None:
             self.rollback_limit -= n
