@@ -35,7 +35,7 @@ from ._errors import (
     StaleSnapshotError,
     UnknownSnapshotError,
 )
-from .pool import SaveOutcome, SlotTags, SnapshotPool, apply_effects
+from .pool import SaveOutcome, SlotTags, SnapshotPool, VerifyBufferPool, apply_effects
 from .rollback import (
     DeclineReason,
     ReplaySegment,
@@ -87,6 +87,7 @@ __all__ = [
     "StaleSnapshotError",
     "UnknownSnapshotError",
     "VerifyBatch",
+    "VerifyBufferPool",
     "VerifyPlan",
     "apply_effects",
     "commit_rollback",

@@ -101,6 +101,9 @@ class Copier:
         self._scratch: list[torch.Tensor] = [
             torch.empty(0, dtype=t.dtype, device=device) for t in row_shapes
         ]
+        # 0, 1, 2, ...: rows in order are compared against a slice of it (a
+        # slice copies pointers; ``list(range(...))`` makes an int per row).
+        self._arange: list[int] = []
 
     def move(self, source: RowSet, target: RowSet, src: list[int], dst: list[int]) -> None:
         """For every tensor pair, copy row ``src[k]`` of the source into row ``dst[k]``.
@@ -108,7 +111,7 @@ class Copier:
         ``dst`` holds no row twice (the batch checks refuse a row twice).
         """
         dim, count = self._dim, len(src)
-        first, order = _as_range(dst, src)
+        first, order = self._as_range(dst, src)
         if first is not None:
             (index,) = self._indices(order)
             for s, t in zip(source.tensors, target.tensors, strict=True):
@@ -119,6 +122,38 @@ class Copier:
             _each_row(source, target, src, dst, by_row)
         if not all(by_row):
             self._by_index(source, target, src, dst, by_row)
+
+    def _as_range(self, rows: list[int], other: list[int]) -> tuple[int | None, list[int]]:
+        """``(first, other in row order)`` if ``rows`` are a range in any order; else ``None, []``.
+
+        Rows are unique (the batch checks refuse a row twice), so rows spanning
+        exactly ``len(rows)`` values are a range. ``other`` is reordered here,
+        beside the test, so the view and the indices cannot disagree.
+        """
+        count = len(rows)
+        first, last = rows[0], rows[-1]
+        # The ends decide most cases without a scan: rows of a range lie less
+        # than ``count`` apart (a step's snapshot slots, one row in every
+        # ``slots_per_sequence``, do not), and rows in order run first to last.
+        if abs(last - first) >= count:
+            return None, []
+        if last - first == count - 1 and rows == self._ascending(first, last):
+            return first, other
+        first = min(rows)
+        if max(rows) - first + 1 != count:
+            return None, []
+        order = [0] * count
+        for row, value in zip(rows, other, strict=True):
+            order[row - first] = value
+        return first, order
+
+    def _ascending(self, first: int, last: int) -> list[int]:
+        """``[first, ..., last]``: a slice of the kept ``0, 1, 2, ...`` when that stays small."""
+        if last >= len(self._arange):
+            if last >= 4 * (last - first + 1):  # far from 0: do not keep a list that long
+                return list(range(first, last + 1))
+            self._arange = list(range(last + 1))
+        return self._arange[first : last + 1]
 
     def _by_row(self) -> list[bool]:
         """Which tensors go row by row in this call (the thread count can change between calls)."""
@@ -136,7 +171,7 @@ class Copier:
             for i, (s, t, done) in enumerate(zip(source.tensors, target.tensors, skip, strict=True))
             if not done
         ]
-        first, order = _as_range(src, dst)
+        first, order = self._as_range(src, dst)
         if first is not None:
             (index,) = self._indices(order)
             for _, s, t in pairs:
@@ -196,25 +231,6 @@ def _row_bytes(rows: torch.Tensor, batch_dim: int) -> int:
     """Bytes of one row's own view of ``rows``."""
     count = rows.shape[batch_dim]
     return 0 if count == 0 else rows.numel() // count * rows.element_size()
-
-
-def _as_range(rows: list[int], other: list[int]) -> tuple[int | None, list[int]]:
-    """``(first, other in row order)`` when ``rows`` are a range in any order, else ``(None, [])``.
-
-    Rows are unique (the batch checks refuse a row twice), so rows spanning
-    exactly ``len(rows)`` values are a range. ``other`` is reordered here,
-    beside the test, so the view and the indices cannot disagree.
-    """
-    first = min(rows)
-    count = len(rows)
-    if max(rows) - first + 1 != count:
-        return None, []
-    if rows == list(range(first, first + count)):
-        return first, other
-    order = [0] * count
-    for row, value in zip(rows, other, strict=True):
-        order[row - first] = value
-    return first, order
 
 
 _ROW_DTYPES: Final = (torch.int64, torch.int32, torch.int16, torch.uint8)

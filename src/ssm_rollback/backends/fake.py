@@ -8,6 +8,7 @@ from typing import final
 from .._core.effect_dict import SaveBatch, SsmSnapshotRestore, SsmSnapshotSave, SsmStateAccept
 from ..pool import SaveOutcome
 from ..pool._base import PoolBase
+from ..pool._batch_rules import CheckedAccepts, CheckedRestores, CheckedSaves
 
 __all__ = ["FakeSnapshotPool"]
 
@@ -51,18 +52,32 @@ class FakeSnapshotPool(PoolBase):
 
     def save(self, saves: Sequence[SsmSnapshotSave] | SaveBatch, /) -> SaveOutcome:
         """Store each save's ``live[seq]`` in its slot, except the saves made to fail."""
-        failed = self._save_batch(saves)
-        self.save_calls += 1
-        return SaveOutcome(failed)
+        return SaveOutcome(self._save_batch(saves))
 
     def restore(self, restores: Sequence[SsmSnapshotRestore], /) -> None:
         """Put each restore's stored value back into ``live[seq]``; stale restores copy nothing."""
         self._restore_batch(restores)
-        self.restore_calls += 1
 
     def accept(self, accepts: Sequence[SsmStateAccept], /) -> None:
         """Make each accept's intermediate entry its row's live value; bad indices copy nothing."""
         self._accept_batch(accepts)
+
+    # The calls are counted where every batch ends up, checked here or by
+    # apply_effects: a batch that was refused was not a call.
+
+    def _save_checked(
+        self, checked: CheckedSaves, saves: Sequence[SsmSnapshotSave] | SaveBatch | None = None, /
+    ) -> tuple[SsmSnapshotSave, ...]:
+        failed = super()._save_checked(checked, saves)
+        self.save_calls += 1
+        return failed
+
+    def _restore_checked(self, checked: CheckedRestores, /) -> None:
+        super()._restore_checked(checked)
+        self.restore_calls += 1
+
+    def _accept_checked(self, checked: CheckedAccepts, /) -> None:
+        super()._accept_checked(checked)
         self.accept_calls += 1
 
     def stored_value(self, seq: int, slot: int) -> object:

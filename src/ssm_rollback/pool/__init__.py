@@ -9,93 +9,34 @@ Every pool also remembers which ``token_position`` and ticket each slot last
 received (``SlotTags``, shared by all backends), so a restore of a slot that
 holds another ticket, or nothing, raises ``StaleSnapshotError`` before
 copying anything: a bookkeeping bug can never silently restore the wrong
-state.
+state. Optional capabilities are protocols of their own
+(``VerifyBufferPool``).
 ``apply_effects`` runs a step's effects through a pool and discards failed
 saves from their rings, so no ring ever points at a slot that was not written.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Protocol, TypeAlias, cast, runtime_checkable
+from collections.abc import Callable, Iterable
+from typing import cast
 
-import attrs
-
-from .._core.effect_dict import Effect, SaveBatch, SsmSnapshotRestore, SsmSnapshotSave
+from .._core.effect_dict import Effect, SsmSnapshotSave
 from .._core.ring import SsmDecodeRing
 from .._errors import InvalidArgumentTypeError
-from ._runs import check_runs, runs_of
-from ._slot_tags import SlotTags
+from ._base import TaggedPool
+from ._batch_rules import BatchChecks, CheckedRestores, CheckedSaves
+from ._protocols import Rings, SaveOutcome, SnapshotPool, VerifyBufferPool, verify_buffers
+from ._runs import check_runs, ring_lookup, runs_of
+from ._slot_tags import PoolTagsView, SlotTags
 
-__all__ = ["Rings", "SaveOutcome", "SlotTags", "SnapshotPool", "apply_effects"]
-
-
-@attrs.frozen
-class SaveOutcome:
-    """What a batched ``save`` did: ``failed`` lists the saves that did not happen."""
-
-    failed: tuple[SsmSnapshotSave, ...] = ()
-
-    @property
-    def ok(self) -> bool:
-        """True when every save happened."""
-        return not self.failed
-
-
-@runtime_checkable
-class SnapshotPool(Protocol):
-    """Snapshot memory for ``num_sequences`` rows of ``slots_per_sequence`` slots each.
-
-    ``save`` and ``restore`` are batched: one call per step, one copy per
-    state tensor inside it, never one per sequence or layer. A failed save
-    leaves its slot holding nothing; a restore of a slot that does not hold
-    the restore's exact ticket raises ``StaleSnapshotError`` and copies
-    nothing.
-    ``ssm_rollback.testing.SnapshotPoolConformance`` checks all of this.
-    """
-
-    @property
-    def num_sequences(self) -> int:
-        """Rows (decode-batch entries) the pool holds snapshots for."""
-        ...
-
-    @property
-    def slots_per_sequence(self) -> int:
-        """Snapshot slots per row: the capacity of each row's ring."""
-        ...
-
-    def save(self, saves: Sequence[SsmSnapshotSave] | SaveBatch, /) -> SaveOutcome:
-        """Copy each save's live row into its slot; report the saves that failed."""
-        ...
-
-    def restore(self, restores: Sequence[SsmSnapshotRestore], /) -> None:
-        """Copy each restore's slot back into its live row, or raise and copy nothing."""
-        ...
-
-    def stored_position(self, seq: int, slot: int) -> int | None:
-        """The ``token_position`` snapshot ``(seq, slot)`` holds; ``None`` if nothing."""
-        ...
-
-    def stored_ticket(self, seq: int, slot: int) -> int | None:
-        """The ticket of the save snapshot ``(seq, slot)`` holds; ``None`` if nothing."""
-        ...
-
-
-Rings: TypeAlias = Sequence[SsmDecodeRing] | Mapping[int, SsmDecodeRing]
-"""The scheduler's rings, indexed by ``seq``: a list by row, or a mapping from row."""
-
-
-def _ring_lookup(rings: Rings) -> Callable[[int], SsmDecodeRing | None]:
-    """``seq -> ring or None`` for either shape of ``rings`` (decided once, not per effect)."""
-    if isinstance(rings, Mapping):
-        return rings.get
-    if not isinstance(rings, Sequence) or isinstance(rings, str | bytes):
-        raise InvalidArgumentTypeError(
-            f"'rings' must be a sequence of SsmDecodeRing indexed by seq, or a mapping from "
-            f"seq, got {type(rings).__name__}"
-        )
-    count = len(rings)
-    return lambda seq: rings[seq] if seq < count else None
+__all__ = [
+    "Rings",
+    "SaveOutcome",
+    "SlotTags",
+    "SnapshotPool",
+    "VerifyBufferPool",
+    "apply_effects",
+]
 
 
 def _check_pool(pool: object) -> SnapshotPool:
@@ -113,12 +54,16 @@ def apply_effects(pool: SnapshotPool, effects: Iterable[Effect], rings: Rings) -
 
     Consecutive saves (single ones and ``SaveBatch`` es) go to the pool as
     one ``save`` call, consecutive restores as one ``restore`` call,
-    consecutive ``SsmStateAccept`` s as one ``accept`` call. Every effect is
-    checked before the first copy - its kind, its row and slot against the
-    pool, each row at most once per call to the pool, a ring for every saved
-    row, each restore against what its slot will hold once the saves before
-    it are written, each accept and intermediate-sourced save against the
-    intermediate states the pool holds - and a bad one raises, naming
+    consecutive ``SsmStateAccept`` s as one ``accept`` call (the pool must
+    be a ``VerifyBufferPool`` for those, and for saves from intermediate
+    states). Every effect is checked before the first copy, once, by the
+    pool's batch rules (``SlotTags``; for a pool that implements only the
+    protocol, the same rules over its ``num_sequences``,
+    ``slots_per_sequence`` and ``stored_*``) - its row and slot, each row's
+    state and each slot at most once per call, each restore against what its
+    slot will hold once the saves before it are written, each accept and
+    intermediate-sourced save against the intermediate states the pool
+    holds - and a ring for every saved row; a bad one raises, naming
     ``effects[i]``, with nothing copied. A save that fails is discarded from
     ``rings[save.seq]``, so no ring points at a slot that was not written; a
     restore that needed it then raises ``StaleSnapshotError`` when its batch
@@ -126,29 +71,49 @@ def apply_effects(pool: SnapshotPool, effects: Iterable[Effect], rings: Rings) -
     save.
     """
     pool = _check_pool(pool)
-    ring_for = _ring_lookup(rings)
+    ring_for = ring_lookup(rings)
     runs = runs_of(effects)
-    accept = getattr(pool, "accept", None)
-    staged = getattr(pool, "intermediate_count", None)
-    if any(run.accepts for run in runs) and not callable(accept):
-        raise InvalidArgumentTypeError(
-            f"'pool' must have an accept() method for SsmStateAccept effects, got "
-            f"{type(pool).__name__}"
-        )
-    check_runs(pool, runs, rings, ring_for, staged if callable(staged) else None)
+    # A pool built on PoolBase checks against its own SlotTags and copies
+    # what they checked: each batch is checked here, once, and trusted there.
+    tagged = cast(TaggedPool, pool) if issubclass(type(pool), TaggedPool) else None
+    checks: BatchChecks = PoolTagsView(pool) if tagged is None else tagged._slot_tags()
+    if any(run.accepts for run in runs):
+        verify_buffers(pool, "SsmStateAccept effects")
+    checked = check_runs(checks, runs, rings, _staged_counts(pool, tagged))
     failed: list[SsmSnapshotSave] = []
-    for run in runs:
-        if run.saves:
-            outcome = pool.save(run.batch())
-            for save in outcome.failed:
+    for run, batch in zip(runs, checked, strict=True):
+        if isinstance(batch, CheckedSaves):
+            if tagged is not None:
+                lost = tagged._save_checked(batch, run.values())
+            else:
+                lost = pool.save(run.batch(batch, checks.slots_per_sequence)).failed
+            for save in lost:
                 _forget(ring_for(save.seq), save)
-            failed.extend(outcome.failed)
-        elif run.restores:
-            pool.restore(run.restores)
+            failed.extend(lost)
+        elif isinstance(batch, CheckedRestores):
+            if tagged is None:
+                pool.restore(run.restores)
+            elif failed:
+                # A failed save left its slot holding nothing, which the
+                # check before the first copy could not know: look again.
+                tagged._restore_checked(checks.check_restores(run.restores, run.names()))
+            else:
+                tagged._restore_checked(batch)
+        elif tagged is not None:
+            tagged._accept_checked(batch)
         else:
-            assert callable(accept)
-            accept(run.accepts)
+            verify_buffers(pool, "SsmStateAccept effects").accept(run.accepts)
     return SaveOutcome(tuple(failed))
+
+
+def _staged_counts(
+    pool: SnapshotPool, tagged: TaggedPool | None
+) -> Callable[[str], Callable[[int], int]]:
+    """For ``check_runs``: the pool's intermediate-state count per row, once a run needs it."""
+    if tagged is not None:
+        # Its own count, exactly as its own save would check against.
+        return lambda what: tagged._intermediate_count
+    return lambda what: verify_buffers(pool, what).intermediate_count
 
 
 def _forget(ring: SsmDecodeRing | None, save: SsmSnapshotSave) -> None:

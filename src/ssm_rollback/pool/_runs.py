@@ -1,17 +1,20 @@
-"""How ``apply_effects`` splits a step's effects into pool calls and checks them all first.
+"""How ``apply_effects`` splits a step's effects into pool calls and has each checked once.
 
 Consecutive effects of one kind form a run: one ``save``, ``restore`` or
-``accept`` call. A save run is gathered into columns as the effects are
-read and checked over the columns at C speed (row by row only to name a bad
-one); restores are checked against what their slots will hold once the
-saves before them in the same call are written; accepts and
-intermediate-sourced saves against the intermediate states the pool holds.
+``accept`` call. Every run is checked before the first copy by the pool's
+own ``BatchChecks`` (its ``SlotTags``, or a ``PoolTagsView`` of a
+third-party pool): the rules live there, and here only what is
+``apply_effects``' own - which effect each row came from (``Names``), a ring
+for every saved row, and what slots will hold once the saves before a
+restore in the same step are written.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Protocol
+from itertools import accumulate
+from typing import cast
 
 import attrs
 
@@ -24,45 +27,85 @@ from .._core.effect_dict import (
 )
 from .._core.ring import SsmDecodeRing
 from .._core.save_batch import LIVE
-from .._errors import InvalidArgumentError, InvalidArgumentTypeError, StaleSnapshotError
+from .._errors import InvalidArgumentError, InvalidArgumentTypeError
+from ._batch_rules import BatchChecks, CheckedAccepts, CheckedRestores, CheckedSaves, Names
+from ._protocols import Rings
 
-__all__ = ["Run", "check_runs", "runs_of"]
+__all__ = ["Checked", "Run", "check_runs", "ring_lookup", "runs_of"]
 
-Rings = Sequence[SsmDecodeRing] | Mapping[int, SsmDecodeRing]
-
-
-class _Pool(Protocol):
-    @property
-    def num_sequences(self) -> int: ...
-    @property
-    def slots_per_sequence(self) -> int: ...
-    def stored_position(self, seq: int, slot: int) -> int | None: ...
-    def stored_ticket(self, seq: int, slot: int) -> int | None: ...
+#: One run, checked: what the pool's trusted path copies.
+Checked = CheckedSaves | CheckedRestores | CheckedAccepts
 
 
 @attrs.define
 class Run:
-    """Consecutive effects of one kind: one call to the pool. Two of the three lists are empty.
+    """Consecutive effects of one kind, from ``effects[first]`` on: one call to the pool.
 
-    A save run keeps its rows as columns, filled as the effects are read,
-    and its pieces (single saves and whole ``SaveBatch`` es) only to name a
-    bad one; ``batch()`` hands the pool one ``SaveBatch``.
+    Two of the three lists are empty. A save run keeps its pieces - single
+    saves and whole ``SaveBatch`` es - as given; ``columns()`` lays them out
+    as the columns the checks take.
     """
 
     first: int
     saves: list[SsmSnapshotSave | SaveBatch] = attrs.field(factory=list)
     restores: list[SsmSnapshotRestore] = attrs.field(factory=list)
     accepts: list[SsmStateAccept] = attrs.field(factory=list)
-    seqs: list[int] = attrs.field(factory=list)
-    slots: list[int] = attrs.field(factory=list)
-    positions: list[int] = attrs.field(factory=list)
-    tickets: list[int] = attrs.field(factory=list)
-    sources: list[int] = attrs.field(factory=list)
 
-    def batch(self) -> SaveBatch:
-        # Every value was checked when its effect was made, and the rows
-        # against the pool in check_runs: the pool need not look again.
-        return SaveBatch._trusted(self.seqs, self.slots, self.positions, self.tickets, self.sources)
+    def names(self) -> Names:
+        """Row ``k`` of the run as ``effects[i]``, or ``effects[i][j]`` inside a ``SaveBatch``."""
+        return Names("effects", "run of one kind", self._element)
+
+    def _element(self, k: int) -> str:
+        if not self.saves:
+            return f"effects[{self.first + k}]"
+        starts = [0, *accumulate(len(p) if isinstance(p, SaveBatch) else 1 for p in self.saves)]
+        piece = bisect_right(starts, k) - 1
+        if isinstance(self.saves[piece], SaveBatch):
+            return f"effects[{self.first + piece}][{k - starts[piece]}]"
+        return f"effects[{self.first + piece}]"
+
+    def columns(self) -> tuple[list[int], list[int], list[int], list[int], list[int] | None]:
+        """The save run as ``seqs, slots, positions, tickets, sources`` (``None``: all live)."""
+        if len(self.saves) == 1 and isinstance(self.saves[0], SaveBatch):
+            batch = self.saves[0]  # a step's saves: one list per column, no loop over the rows
+            sources = None if batch.sources is None else list(batch.sources)
+            rows, ids = list(batch.seqs), list(batch.slots)
+            return rows, ids, list(batch.positions), list(batch.tickets), sources
+        seqs: list[int] = []
+        slots: list[int] = []
+        positions: list[int] = []
+        tickets: list[int] = []
+        sources_column: list[int] = []
+        for piece in self.saves:
+            if isinstance(piece, SaveBatch):
+                seqs.extend(piece.seqs)
+                slots.extend(piece.slots)
+                positions.extend(piece.positions)
+                tickets.extend(piece.tickets)
+                sources_column.extend(piece.sources or (LIVE,) * len(piece.seqs))
+            else:
+                seqs.append(piece.seq)
+                slots.append(piece.slot)
+                positions.append(piece.token_position)
+                tickets.append(piece.ticket)
+                sources_column.append(LIVE if piece.source is None else piece.source)
+        return seqs, slots, positions, tickets, sources_column
+
+    def values(self) -> Sequence[SsmSnapshotSave] | SaveBatch | None:
+        """The save run as one value whose row ``k`` is row ``k`` of its columns, if it is one."""
+        if len(self.saves) == 1 and isinstance(self.saves[0], SaveBatch):
+            return self.saves[0]
+        if any(isinstance(piece, SaveBatch) for piece in self.saves):
+            return None
+        return cast(list[SsmSnapshotSave], self.saves)
+
+    def batch(self, checked: CheckedSaves, slots_per_sequence: int) -> SaveBatch:
+        """The checked save run as one ``SaveBatch``, for a pool that takes only the protocol."""
+        if len(self.saves) == 1 and isinstance(self.saves[0], SaveBatch):
+            return self.saves[0]
+        rows, flat, positions, tickets, sources = checked
+        slots = [i - seq * slots_per_sequence for seq, i in zip(rows, flat, strict=True)]
+        return SaveBatch._trusted(rows, slots, positions, tickets, sources)
 
 
 def runs_of(effects: Iterable[Effect]) -> list[Run]:
@@ -72,42 +115,23 @@ def runs_of(effects: Iterable[Effect]) -> list[Run]:
             f"'effects' must be an iterable of effects, got {type(effects).__name__}"
         )
     runs: list[Run] = []
-    run = Run(-1)
     kind: type | None = None
-    # Bound once per run, not per effect: this loop sees every save of a step.
-    add_save = run.saves.append
-    add_seq = add_slot = add_position = add_ticket = add_source = run.seqs.append
     for i, effect in enumerate(effects):
         if isinstance(effect, SsmSnapshotSave | SaveBatch):
             if kind is not SsmSnapshotSave:
-                runs.append(run := Run(i))
+                runs.append(Run(i))
                 kind = SsmSnapshotSave
-                add_save, add_seq, add_slot = run.saves.append, run.seqs.append, run.slots.append
-                add_position, add_ticket = run.positions.append, run.tickets.append
-                add_source = run.sources.append
-            add_save(effect)
-            if isinstance(effect, SaveBatch):
-                run.seqs.extend(effect.seqs)
-                run.slots.extend(effect.slots)
-                run.positions.extend(effect.positions)
-                run.tickets.extend(effect.tickets)
-                run.sources.extend(effect.sources or (LIVE,) * len(effect.seqs))
-                continue
-            add_seq(effect.seq)
-            add_slot(effect.slot)
-            add_position(effect.token_position)
-            add_ticket(effect.ticket)
-            add_source(LIVE if effect.source is None else effect.source)
+            runs[-1].saves.append(effect)
         elif isinstance(effect, SsmSnapshotRestore):
             if kind is not SsmSnapshotRestore:
-                runs.append(run := Run(i))
+                runs.append(Run(i))
                 kind = SsmSnapshotRestore
-            run.restores.append(effect)
+            runs[-1].restores.append(effect)
         elif isinstance(effect, SsmStateAccept):
             if kind is not SsmStateAccept:
-                runs.append(run := Run(i))
+                runs.append(Run(i))
                 kind = SsmStateAccept
-            run.accepts.append(effect)
+            runs[-1].accepts.append(effect)
         else:
             raise InvalidArgumentTypeError(
                 f"'effects[{i}]' must be an SsmSnapshotSave, SaveBatch, SsmSnapshotRestore or "
@@ -117,150 +141,67 @@ def runs_of(effects: Iterable[Effect]) -> list[Run]:
 
 
 def check_runs(
-    pool: _Pool,
+    checks: BatchChecks,
     runs: list[Run],
     rings: Rings,
-    ring_for: Callable[[int], SsmDecodeRing | None],
-    staged: Callable[[int], int] | None,
-) -> None:
-    """Check every effect of every run before the first copy; raise naming ``effects[i]``.
+    staged: Callable[[str], Callable[[int], int]],
+) -> list[Checked]:
+    """Every run checked by ``checks`` before the first copy; raise naming ``effects[i]``.
 
-    ``staged(seq)`` is how many intermediate states row ``seq`` holds
-    (``None``: the pool keeps none).
+    ``staged(what)`` gives the pool's intermediate-state count per row,
+    asked only when a run needs it (``what`` names the first effect that
+    did), so a pool without verify buffers is refused only then.
     """
-    rows, slots = pool.num_sequences, pool.slots_per_sequence
-    # (seq, slot) -> (position, ticket) it will hold once the earlier saves ran.
-    pending: dict[tuple[int, int], tuple[int | None, int | None]] = {}
+    # flat slot index -> (position, ticket) it will hold once the earlier saves ran.
+    pending: dict[int, tuple[int, int]] = {}
     has_restores = any(run.restores for run in runs)
+    checked: list[Checked] = []
     for run in runs:
+        names = run.names()
         if run.saves:
-            if not _saves_fit(run, rows, slots, rings):
-                _name_bad_save(run, rows, slots, ring_for)
-            if max(run.sources, default=LIVE) != LIVE:
-                _check_staged(run, staged)
+            seqs, slots, positions, tickets, sources = run.columns()
+            counts = None
+            if sources is not None and max(sources, default=LIVE) != LIVE:
+                k = next(k for k, source in enumerate(sources) if source != LIVE)
+                counts = staged(f"'{names.of(k)}' (a save from intermediate state {sources[k]})")
+            saves = checks.check_save_columns(
+                seqs, slots, positions, tickets, sources, names, counts
+            )
+            _check_rings(saves.rows, rings, checks.num_sequences, names)
             if has_restores:
-                keys = zip(run.seqs, run.slots, strict=True)
-                values = zip(run.positions, run.tickets, strict=True)
-                pending.update(zip(keys, values, strict=True))
+                pending.update(zip(saves.flat, zip(positions, tickets, strict=True), strict=True))
+            checked.append(saves)
         elif run.restores:
-            _check_restores(pool, run, pending)
+            checked.append(checks.check_restores(run.restores, names, pending))
         else:
-            seen: dict[object, str] = {}
-            for i, accept in enumerate(run.accepts, start=run.first):
-                name = f"effects[{i}]"
-                _check_row(name, accept.seq, 0, rows, 1, seen)
-                _check_index(name, accept.seq, accept.index, staged)
+            counts = staged("SsmStateAccept effects")
+            checked.append(checks.check_accepts(run.accepts, names, counts))
+    return checked
 
 
-def _check_restores(
-    pool: _Pool, run: Run, pending: dict[tuple[int, int], tuple[int | None, int | None]]
-) -> None:
-    rows, slots = pool.num_sequences, pool.slots_per_sequence
-    seen: dict[object, str] = {}
-    for i, restore in enumerate(run.restores, start=run.first):
-        name = f"effects[{i}]"
-        _check_row(name, restore.seq, restore.slot, rows, slots, seen)
-        held = pending.get((restore.seq, restore.slot))
-        if held is None:
-            held = (
-                pool.stored_position(restore.seq, restore.slot),
-                pool.stored_ticket(restore.seq, restore.slot),
-            )
-        if held != (restore.token_position, restore.ticket):
-            what = "nothing" if held[1] is None else f"position {held[0]} ticket {held[1]}"
-            raise StaleSnapshotError(
-                f"refusing '{name}' {restore!r}, copying nothing: its slot holds {what}"
-            )
-
-
-def _check_staged(run: Run, staged: Callable[[int], int] | None) -> None:
-    """Every intermediate-sourced save of ``run`` names a state its row holds."""
-    k = 0
-    for i, piece in enumerate(run.saves, start=run.first):
-        for j in range(len(piece) if isinstance(piece, SaveBatch) else 1):
-            source = run.sources[k]
-            if source != LIVE:
-                name = f"effects[{i}][{j}]" if isinstance(piece, SaveBatch) else f"effects[{i}]"
-                _check_index(name, run.seqs[k], source, staged)
-            k += 1
-
-
-def _check_index(name: str, seq: int, index: int, staged: Callable[[int], int] | None) -> None:
-    if staged is None:
-        raise InvalidArgumentError(
-            f"'pool' must keep intermediate states for '{name}' (an accept, or a save from "
-            f"intermediate state {index}), and this pool keeps none"
-        )
-    held = staged(seq)
-    if index >= held:
-        raise StaleSnapshotError(
-            f"refusing '{name}', copying nothing: it names intermediate state {index} of seq "
-            f"{seq}, which holds {held}"
-        )
-
-
-def _saves_fit(run: Run, rows: int, slots: int, rings: Rings) -> bool:
-    """Whether a save run passes every check, tested at C speed (``False``: look closer)."""
-    seqs = run.seqs
-    if not seqs:
-        return True
-    if max(seqs) >= rows or max(run.slots) >= slots:
-        return False
-    count = len(seqs)
-    if len(set(seqs)) != count and not (
-        len(set(zip(seqs, run.sources, strict=True))) == count
-        and len(set(zip(seqs, run.slots, strict=True))) == count
-    ):
-        return False
+def ring_lookup(rings: Rings) -> Callable[[int], SsmDecodeRing | None]:
+    """``seq -> ring or None`` for either shape of ``rings`` (decided once, not per effect)."""
     if isinstance(rings, Mapping):
-        return all(map(rings.__contains__, seqs))
-    return max(seqs) < len(rings)
-
-
-def _name_bad_save(
-    run: Run, rows: int, slots: int, ring_for: Callable[[int], SsmDecodeRing | None]
-) -> None:
-    """Raise naming the first save of ``run`` that fails a check."""
-    seen: dict[object, str] = {}
-    k = 0
-    for i, piece in enumerate(run.saves, start=run.first):
-        if isinstance(piece, SaveBatch):
-            pairs = list(zip(piece.seqs, piece.slots, strict=True))
-            names = [f"effects[{i}][{j}]" for j in range(len(pairs))]
-        else:
-            pairs, names = [(piece.seq, piece.slot)], [f"effects[{i}]"]
-        for name, (seq, slot) in zip(names, pairs, strict=True):
-            # A row's state (live, or one intermediate index) once; a slot once.
-            _check_row(name, seq, slot, rows, slots, seen, (seq, run.sources[k]), "row's state")
-            _check_row(name, seq, slot, rows, slots, seen, (seq, "slot", slot), "slot")
-            k += 1
-            if ring_for(seq) is None:
-                raise InvalidArgumentError(
-                    f"'rings' must hold a ring for every saved row, got none for seq {seq} ({name})"
-                )
-
-
-def _check_row(
-    name: str,
-    seq: int,
-    slot: int,
-    rows: int,
-    slots: int,
-    seen: dict[object, str],
-    key: object = None,
-    what: str = "row",
-) -> None:
-    if seq >= rows:
-        raise InvalidArgumentError(
-            f"'{name}.seq' must be < the pool's num_sequences {rows}, got {seq}"
+        return rings.get
+    if not isinstance(rings, Sequence) or isinstance(rings, str | bytes):
+        raise InvalidArgumentTypeError(
+            f"'rings' must be a sequence of SsmDecodeRing indexed by seq, or a mapping from "
+            f"seq, got {type(rings).__name__}"
         )
-    if slot >= slots:
-        raise InvalidArgumentError(
-            f"'{name}.slot' must be < the pool's slots_per_sequence {slots}, got {slot}"
-        )
-    first = seen.setdefault(seq if key is None else key, name)
-    if first != name:
-        raise InvalidArgumentError(
-            f"'effects' must name each {what} at most once per run of one kind, got seq "
-            f"{seq}{'' if what != 'slot' else f' slot {slot}'} at {first} and {name}"
-        )
+    count = len(rings)
+    return lambda seq: rings[seq] if seq < count else None
+
+
+def _check_rings(rows: list[int], rings: Rings, num_sequences: int, names: Names) -> None:
+    """A ring for every saved row, so a failed save can be discarded from it."""
+    if isinstance(rings, Mapping):
+        if all(map(rings.__contains__, rows)):
+            return
+    # The rows were checked against the pool: as many rings as rows need no scan.
+    elif len(rings) >= num_sequences or not rows or max(rows) < len(rings):
+        return
+    ring_for = ring_lookup(rings)
+    k = next(k for k, seq in enumerate(rows) if ring_for(seq) is None)
+    raise InvalidArgumentError(
+        f"'rings' must hold a ring for every saved row, got none for seq {rows[k]} ({names.of(k)})"
+    )

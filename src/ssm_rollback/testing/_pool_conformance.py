@@ -10,7 +10,7 @@ import pytest
 from ssm_rollback._core.effect_dict import SsmSnapshotRestore, SsmSnapshotSave, SsmStateAccept
 from ssm_rollback._core.ring import SsmDecodeRing
 from ssm_rollback._errors import InvalidArgumentError, StaleSnapshotError
-from ssm_rollback.pool import SaveOutcome, SnapshotPool, apply_effects
+from ssm_rollback.pool import SaveOutcome, SnapshotPool, VerifyBufferPool, apply_effects
 
 __all__ = ["PoolAdapter", "SnapshotPoolConformance"]
 
@@ -305,6 +305,8 @@ class SnapshotPoolConformance(PoolAdapter[P]):
     def _staging(self, pool: P, seq: int, values: list[int]) -> None:
         if not self.set_intermediate(pool, seq, values):
             pytest.skip("this backend keeps no intermediate states")
+        # A pool with intermediate states says so: apply_effects asks the protocol.
+        assert isinstance(pool, VerifyBufferPool), f"{type(pool).__name__} is no VerifyBufferPool"
 
     def test_an_accept_makes_exactly_its_intermediate_state_live(self) -> None:
         pool = self._pool()
