@@ -124,3 +124,30 @@ def test_a_save_batch_column_generator_that_raises_is_named() -> None:
 
     with pytest.raises(InvalidArgumentError, match="'seqs' must be an iterable of ints"):
         SaveBatch(seqs(), [0], [1], [1])
+
+
+def test_a_steps_saves_applied_twice_are_refused_and_copy_nothing() -> None:
+    """A verify step's saves applied again after the intermediate buffer changed: before, the
+    slot kept its tag but took other state, and a later rollback restored it."""
+    from ssm_rollback import StaleSnapshotError, apply_effects
+    from ssm_rollback.backends.fake import FakeSnapshotPool
+
+    rings = [SsmDecodeRing(2)]
+    pool = FakeSnapshotPool(1, 2)
+    pool.live[0] = "after 4"
+    step = snapshot_boundaries(rings, positions=[4], is_boundary=[True], in_thinking=[False])
+    apply_effects(pool, [step], rings)
+    pool.live[0] = "after 5, not 4"
+    with pytest.raises(StaleSnapshotError, match="already holds that ticket"):
+        apply_effects(pool, [step], rings)
+    with pytest.raises(StaleSnapshotError, match="already holds that ticket"):
+        pool.save(step)
+    (save,) = step
+    assert pool.stored_ticket(0, save.slot) == save.ticket
+    pool.live[0] = None
+    restore = rings[0].entry_for(4)
+    assert restore is not None
+    from ssm_rollback import SsmSnapshotRestore
+
+    pool.restore([SsmSnapshotRestore(0, restore.snapshot_slot, 4, restore.ticket)])
+    assert pool.live[0] == "after 4"  # the first copy, untouched

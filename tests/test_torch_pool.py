@@ -563,9 +563,10 @@ def test_a_verify_steps_op_count_does_not_grow_with_the_rows(index_ops: bool) ->
     tensors = len(states)
 
     def step(rows: list[int]) -> list[str]:
-        saves = [SsmSnapshotSave(s, 0, 5, 5, source=s % 4) for s in rows]
+        warm = [SsmSnapshotSave(s, 0, 5, 5, source=s % 4) for s in rows]
+        saves = [SsmSnapshotSave(s, 0, 5, 6, source=s % 4) for s in rows]  # a new step's tickets
         accepts = [SsmStateAccept(s, (s + 1) % 4) for s in rows]
-        pool.save(saves)  # warm: the row views (or the scratch buffer) made once
+        pool.save(warm)  # warm: the row views (or the scratch buffer) made once
         pool.accept(accepts)
 
         def verify() -> None:

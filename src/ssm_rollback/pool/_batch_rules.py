@@ -14,6 +14,9 @@ nowhere else:
    state the row's buffer holds now.
 5. A restore copies only from a slot that holds exactly its position and
    ticket (SPEC 7); otherwise ``StaleSnapshotError`` naming the stale slots.
+6. A save whose ticket its slot already holds was applied before (a step's
+   effects applied twice, SPEC 15): ``StaleSnapshotError``, nothing copied -
+   its source may hold other state by now.
 
 A bad batch raises naming its element (``saves[3]``; ``effects[2][3]``
 inside ``apply_effects``, see ``Names``) and nothing changes. The checks run
@@ -32,6 +35,7 @@ a third-party pool's ``stored_position`` / ``stored_ticket``, so
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from operator import eq
 from typing import NamedTuple, NoReturn, Protocol
 
 import attrs
@@ -165,6 +169,8 @@ class BatchChecks:
             self._name_bad(seqs, slots, sources, names)
         if sources is not None and staged is not None:
             _check_staged("saves", seqs, sources, names, staged)
+        if any(map(eq, self._held_tickets(seqs, slots, flat), tickets)):
+            _refuse_again(seqs, slots, tickets, self._held_tickets(seqs, slots, flat), names)
         return CheckedSaves(seqs, flat, positions, tickets, sources)
 
     def check_restores(
@@ -227,6 +233,10 @@ class BatchChecks:
     ) -> tuple[list[int | None], list[int | None]]:
         """The positions and tickets the slots hold now (new lists: the caller may change them)."""
         raise NotImplementedError
+
+    def _held_tickets(self, seqs: list[int], slots: list[int], flat: list[int]) -> list[int | None]:
+        """The tickets the slots hold now (rule 6); a subclass may read only those."""
+        return self._held(seqs, slots, flat)[1]
 
     def _check_ids(self, seq_name: str, seq: int, slot_name: str | None, slot: int) -> None:
         """Rule 1, naming ``seq_name`` or ``slot_name`` (``None``: no slot to check)."""
@@ -330,6 +340,21 @@ def _refuse_stale(
     more = f" (and {len(stale) - 4} more)" if len(stale) > 4 else ""
     raise StaleSnapshotError(
         f"refusing a batch of {len(restores)} restores, copying nothing: {described}{more}"
+    )
+
+
+def _refuse_again(
+    seqs: list[int],
+    slots: list[int],
+    tickets: list[int],
+    held: list[int | None],
+    names: Names,
+) -> NoReturn:
+    """Rule 6's error, naming the first save its slot already holds."""
+    k = next(k for k, (new, old) in enumerate(zip(tickets, held, strict=True)) if new == old)
+    raise StaleSnapshotError(
+        f"refusing '{names.of(k)}' (seq {seqs[k]}, slot {slots[k]}, ticket {tickets[k]}), "
+        f"copying nothing: its slot already holds that ticket - a save applied twice"
     )
 
 

@@ -120,6 +120,9 @@ class SlotTags(BatchChecks):
         positions, tickets = self._positions, self._tickets
         return [positions[i] for i in flat], [tickets[i] for i in flat]
 
+    def _held_tickets(self, seqs: list[int], slots: list[int], flat: list[int]) -> list[int | None]:
+        return list(map(self._tickets.__getitem__, flat))
+
 
 @final
 class PoolTagsView(BatchChecks):
