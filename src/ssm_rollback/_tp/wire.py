@@ -2,7 +2,7 @@
 
 Pure Python, no torch: ``encode`` turns effects into words, ``decode`` turns
 words back into effects, and the tensor plumbing lives in ``_wire_channel``.
-Rules of the format (version 3):
+Rules of the format (version 4):
 
 1. The payload starts with ``MAGIC`` (which carries ``VERSION``) and the
    record count; every record starts with its kind code and its row count
@@ -56,7 +56,9 @@ __all__ = [
 
 #: The format's version; a receiver refuses any other. 3: the words of 2, but on gloo they
 #: travel as sends, which a rank of version 2 (waiting on a broadcast) would never take.
-VERSION: Final = 3
+#: 4: the words of 3, but a group's first step also gathers every rank's ``src``, and on
+#: NCCL a step is an ``all_reduce`` with every rank's ``src``, not a broadcast.
+VERSION: Final = 4
 #: ``b"SSMR"`` and the version: the first word of every payload.
 MAGIC: Final = (0x53534D52 << 16) | VERSION
 
