@@ -47,6 +47,7 @@ from ssm_rollback import (
 )
 from ssm_rollback import distributed as tp
 from ssm_rollback._tp import channel as _wire_channel
+from ssm_rollback._tp import groups as _groups
 from ssm_rollback._tp import wire as _wire
 from ssm_rollback.backends.torch import TorchSnapshotPool
 
@@ -755,8 +756,8 @@ def test_a_header_that_says_more_follows_grows_every_rank_alike(
 )
 def test_a_step_travels_as_sends_only_on_gloo(config: str, device: str, sends: bool) -> None:
     if device == "cpu":  # only an NCCL-only group asks for CUDA (and so needs a GPU here)
-        assert _wire_channel.buffer_device(config) == torch.device("cpu")
-    assert _wire_channel.sends_on(config, torch.device(device)) is sends
+        assert _groups.buffer_device(config) == torch.device("cpu")
+    assert _groups.sends_on(config, torch.device(device)) is sends
 
 
 def test_an_nccl_group_keeps_its_buffer_on_the_current_gpu(
@@ -764,7 +765,7 @@ def test_an_nccl_group_keeps_its_buffer_on_the_current_gpu(
 ) -> None:
     """``init_process_group("nccl")``'s config: no CPU backend, so the buffer goes to the GPU."""
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)  # no GPU needed to name one
-    assert _wire_channel.buffer_device("cuda:nccl") == torch.device("cuda", 3)
+    assert _groups.buffer_device("cuda:nccl") == torch.device("cuda", 3)
 
 
 @pytest.mark.parametrize("backend", ["gloo", None])

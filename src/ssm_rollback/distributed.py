@@ -41,6 +41,7 @@ from ._tp import channel as _wire_channel
 from ._tp import wire as _wire
 from ._tp.agreement import AgreementError, SlotDispute, check_agreement, retire_disputed
 from ._tp.failures import DistributedError, src_word
+from ._tp.groups import group_active
 from ._tp.shard import shard_live_states, shard_of, shard_pool
 from .pool import SaveOutcome, SnapshotPool, apply_effects
 
@@ -89,7 +90,7 @@ def broadcast_effects(
     handshake, since a check every step would take a message from every rank.
     """
     word, error = src_word(src)
-    if not _wire_channel.group_active(group):
+    if not group_active(group):
         if error is not None:
             raise error
         if word != 0:

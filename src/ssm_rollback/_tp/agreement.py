@@ -105,6 +105,9 @@ def check_agreement(
     while it still holds what it held then - the scheduler has retired it
     (``retire_disputed``) and no restore will name it. The next save that
     writes the slot on every rank brings it back under the check.
+
+    A peer that died, or did not call within the group's timeout, is
+    ``DistributedError`` (naming the group; the backend does not say which rank).
     """
     if not group_active(group):
         return

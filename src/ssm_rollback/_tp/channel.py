@@ -3,40 +3,32 @@
 Rules (every rank runs the same communication in the same order, whatever
 the input, so an error can never leave a peer waiting):
 
-1. The first step on a process group is a handshake: one ``all_reduce`` of
-   every rank's format word, then one of every rank's ``src`` word
-   (``failures``). Mixed formats raise ``WireError`` on every rank, mixed
-   or bad ``src`` the same ``InvalidArgumentError`` on every rank, and
-   nothing is kept, so the next step shakes hands again.
+1. A group's first step is a handshake (``groups.shake_hands``): every
+   rank's format word, then every rank's ``src``, one ``all_reduce`` each.
+   It raises the same error on every rank and keeps nothing if they differ.
 2. After it, a step is one message of the group's buffer of ``capacity``
-   words: a header (``status`` - the step's number on the group above its
-   low byte - and ``length``), then ``length`` payload words: the effects
-   (``_wire``), or the sender's refusal message. On gloo the
-   message is a send from the sender to every rank (tag ``TAG``) and a
-   receive on each: gloo runs a collective on a worker thread of its own, a
-   send or receive on the caller's thread, so fewer thread hand-offs a
-   step. Elsewhere (NCCL) it is an ``all_reduce`` whose buffer also holds
-   every rank's ``src`` word after the header (the sender's payload, zeros
-   from the others): every rank checks every step's ``src`` in the step's
-   own collective.
+   words: a header (``status``, the step's number above its low byte, and
+   ``length``), then ``length`` payload words - the effects (``_wire``), or
+   the sender's refusal message. On gloo the message is a send from the
+   sender to every rank (tag ``TAG``): gloo runs a collective on a worker
+   thread of its own, a send on the caller's, so fewer thread hand-offs.
+   Elsewhere (NCCL) it is an ``all_reduce`` of the sender's words and zeros
+   from the others, with every rank's ``src`` after the header: every rank
+   checks every step's ``src`` in the step's own collective.
 3. A payload that does not fit sets ``FOLLOWS`` in the header; then every
-   rank takes a second message of a buffer grown to hold it, and keeps that
-   buffer (a ``broadcast`` where the first was an ``all_reduce``). Every
-   rank reads the same header, so every rank makes the same second call
-   (or none).
+   rank takes a second message (a ``broadcast`` after an ``all_reduce``) of
+   a buffer grown to hold it, and keeps that buffer.
 4. Every rank, the sender included, decodes the words in its own buffer
    once its message is through: all return equal effects or all raise.
-5. Sends check ``src`` only in the handshake: after it, a rank that
-   passes another or a bad ``src`` (it raises at once) leaves the ranks
-   that wait on it waiting until the group's timeout. A backend call that
-   fails - that timeout, or a peer that died - is ``DistributedError``
-   naming the group and, on gloo, the peer; the channel then refuses every
-   later step. (Checking ``src`` every step on gloo would take a message
-   from every rank every step: 10-25% more time a step, measured.)
+5. On gloo ``src`` is checked only in the handshake (every step would take
+   a message from every rank: 10-25% more time a step, measured). A rank
+   that passes another or a bad one later leaves the ranks waiting on it
+   waiting until the group's timeout; a backend call that fails - that, or
+   a dead peer - is ``DistributedError``, and the channel refuses every
+   later step.
 6. Every call counts as a step, also one that raised before its message,
-   and a message from another step than this rank's is refused
-   (``DistributedError``): a rank that skipped a step never takes that
-   step's message, still waiting for it, as its next one.
+   and a message of another step is refused (``DistributedError``): a rank
+   that skipped a step never takes that step's message as its next one.
 """
 
 from __future__ import annotations
@@ -53,10 +45,12 @@ import torch
 import torch.distributed as dist
 
 from .._core.effect_dict import Effect
-from .._errors import InvalidArgumentError, InvalidArgumentTypeError, SsmRollbackError
+from .._errors import InvalidArgumentError, InvalidArgumentTypeError
 from . import wire as _wire
 from .failures import DistributedError, lost, src_refusal
-from .groups import buffer_device, group_active, group_device, group_label, sends_on, shake_hands
+
+# sends_on by name: a seam the tests turn off to run NCCL's all_reduce on gloo.
+from .groups import buffer_device, group_label, sends_on, shake_hands
 
 __all__ = [
     "FOLLOWS",
@@ -65,10 +59,7 @@ __all__ = [
     "OK",
     "REFUSED",
     "TAG",
-    "buffer_device",
     "channel_capacity",
-    "group_active",
-    "group_device",
     "sends_on",
     "step",
 ]
@@ -148,10 +139,8 @@ class _Channel:
             raise error
         root = self._root(src)
         payload = self._post(effects) if self._rank == src else []
-        # The sender decodes only once its message is out. Decoding while the wire carries
-        # it would overlap nothing the workers wait on (they decode after receiving), and
-        # where busy threads outnumber cores it slows the send itself (measured: the
-        # workers' step took 14-17% longer on two cores).
+        # The sender decodes only once its message is out: decoding while the wire carries it
+        # slows the send where busy threads outnumber cores (workers' step 14-17% longer).
         self._message(root)
         return self._read(src, root, payload)
 
@@ -214,29 +203,30 @@ class _Channel:
     def _all_non_negative(self, at: int, length: int) -> bool:
         """Rule 5 of the format at C speed: every payload word is ``>= 0``.
 
-        An int64 is negative exactly when the top bit of its most significant
-        byte is set, so the payload's top bytes, taken every eighth byte, are
-        all ASCII. A copy and a strided slice of bytes, no per-word work and no
-        torch call (whose dispatch costs more than the check itself on a step
-        that starts cold). ``False`` makes decode look closer and name the word.
+        An int64 is negative exactly when the top bit of its most significant byte is
+        set: the payload's top bytes, every eighth byte, are all ASCII. No per-word work
+        and no torch call; ``False`` makes decode look closer and name the word.
         """
         payload = self._view.cast("B")[8 * at : 8 * (at + length)].tobytes()
         return payload[_TOP_BYTE::8].isascii()
 
     def _post(self, effects: Iterable[Effect] | None) -> list[int]:
         """The sender's side: write the header and, if it fits, the payload; return the payload."""
-        status, payload = _encode(effects)
-        if self._at + len(payload) > self.capacity and status == OK:
+        refused, payload = _wire.sender_words(effects, MAX_WORDS)
+        if self._at + len(payload) > self.capacity and refused is None:
             # Checked now: once the header says more follows, every rank waits for it.
-            error = _wire.out_of_range(payload)
-            if error is not None:
-                status, payload = _refusal(error)
+            found = _wire.out_of_range(payload)
+            if found is not None:
+                refused, payload = _wire.refusal(found)
         try:
             fits = self._put_payload(payload)
         except struct.error as cause:  # a value int64 cannot carry, as encode would refuse it
             found = _wire.out_of_range(payload)
-            status, payload = _refusal(found or InvalidArgumentTypeError(f"'effects': {cause}"))
+            refused, payload = _wire.refusal(
+                found or InvalidArgumentTypeError(f"'effects': {cause}")
+            )
             fits = self._put_payload(payload)
+        status = OK if refused is None else REFUSED
         status, length = header_words(status if fits else status | FOLLOWS, len(payload))
         self._write(0, (self._steps << 8 | status, length))
         return payload
@@ -293,30 +283,6 @@ class _Channel:
             self._wire[at : at + len(words)].copy_(self._tensor[at : at + len(words)])
 
 
-def _encode(effects: Iterable[Effect] | None) -> tuple[int, list[int]]:
-    """The sender's status and payload: the effects' words, or its refusal message."""
-    try:
-        # The range check is the packing's (struct refuses what int64 cannot carry).
-        words = _wire.encode(() if effects is None else effects, ranged=False)
-    except SsmRollbackError as error:
-        return _refusal(error)
-    except Exception as error:  # the caller's iterable broke: refused on every rank, no hang
-        return _refusal(
-            InvalidArgumentError(f"iterating 'effects' raised {type(error).__name__}: {error}")
-        )
-    if len(words) > MAX_WORDS:
-        return _refusal(
-            InvalidArgumentError(
-                f"'effects' must encode to at most {MAX_WORDS} words, got {len(words)}"
-            )
-        )
-    return OK, words
-
-
-def _refusal(error: SsmRollbackError) -> tuple[int, list[int]]:
-    return REFUSED, list(str(error).encode("utf-8"))
-
-
 # Keyed weakly by the group: a destroyed and re-created group is a new object,
 # so it shakes hands anew, and a dead group's buffer goes with it.
 _CHANNELS: Final[weakref.WeakKeyDictionary[dist.ProcessGroup, _Channel]] = (
@@ -355,7 +321,7 @@ def step(
     error: InvalidArgumentError | None,
     group: dist.ProcessGroup | None,
 ) -> tuple[Effect, ...]:
-    """One step of ``broadcast_effects`` over an initialised process group (rules 1-5).
+    """One step of ``broadcast_effects`` over an initialised process group (rules 1-6).
 
     ``src`` is ``failures.src_word``'s word and ``error`` its error (for ``INVALID``).
     """
