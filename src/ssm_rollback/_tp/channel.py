@@ -103,15 +103,17 @@ class _Channel:
     _tensor: torch.Tensor = attrs.field(factory=lambda: torch.empty(0, dtype=torch.int64))
     _broken: DistributedError | None = None  # rule 5: the failure that ended this group
     _steps: int = 0  # rule 6: the steps this rank has begun on the group
+    # Where the payload starts: after the header, and on a collective the ranks' words.
+    _at: int = attrs.field(init=False)
+    _roots: dict[int, int] = attrs.field(init=False)  # a rank's global rank -> its group rank
+
+    def __attrs_post_init__(self) -> None:
+        self._at = HEADER if self._sends else HEADER + len(self._ranks)
+        self._roots = {rank: at for at, rank in enumerate(self._ranks)}
 
     @property
     def capacity(self) -> int:
         return len(self._host)
-
-    @property
-    def _at(self) -> int:
-        """Where the payload starts: after the header, and on a collective the ranks' words."""
-        return HEADER if self._sends else HEADER + len(self._ranks)
 
     def grow(self, capacity: int) -> None:
         """A new, zeroed buffer of ``capacity`` words (every rank grows alike, rule 3)."""
@@ -167,11 +169,12 @@ class _Channel:
 
     def _root(self, src: int) -> int:
         """``src``'s rank in the group; not in it, every rank refuses alike."""
-        if src not in self._ranks:
+        root = self._roots.get(src)
+        if root is None:
             raise InvalidArgumentError(
                 f"'src' must be a rank of the group (ranks {list(self._ranks)}), got {src}"
             )
-        return self._ranks.index(src)
+        return root
 
     def _read(self, src: int, root: int, payload: list[int]) -> tuple[Effect, ...]:
         """Rules 3-4: the words in this rank's buffer as effects, or the error every rank raises."""
