@@ -183,7 +183,8 @@ class _Channel:
         status, stamp = word & 0xFF, word >> 8
         if status & ~FOLLOWS in (OK, REFUSED) and stamp != self._steps:  # rule 6
             what = f"sent step {stamp}'s message, this rank's step is {self._steps}"
-            raise self._lost(self._ranks[root], what, None)
+            why = "one of them skipped a step (raised before it, or never called)"
+            raise self._lost(self._ranks[root], what, None, why)
         if status in (OK | FOLLOWS, REFUSED | FOLLOWS) and 0 <= length <= MAX_WORDS:
             self.grow(max(2 * self.capacity, 1 << (at + length - 1).bit_length()))
             if self._rank == src:
@@ -275,8 +276,10 @@ class _Channel:
         except RuntimeError as cause:  # gloo's own, or DistBackendError: rule 5
             raise self._lost(rank, what, cause) from cause
 
-    def _lost(self, rank: int | None, what: str, cause: RuntimeError | None) -> DistributedError:
-        self._broken = lost(self._label, rank, what, cause)
+    def _lost(
+        self, rank: int | None, what: str, cause: RuntimeError | None, *why: str
+    ) -> DistributedError:
+        self._broken = lost(self._label, rank, what, cause, *why)
         return self._broken
 
     def _write(self, at: int, words: list[int] | tuple[int, ...]) -> None:

@@ -26,6 +26,7 @@ __all__ = ["INVALID", "DistributedError", "lost", "src_refusal", "src_word"]
 #: A rank's word for a ``src`` that is no rank at all (not an int >= 0 within int64).
 INVALID: Final = -1
 _MAX_INT64: Final = (1 << 63) - 1
+_WHY: Final = "it died, hung, raised before the call or passed another 'src'"
 
 
 class DistributedError(SsmRollbackError, RuntimeError):
@@ -85,13 +86,12 @@ def _shown(word: int) -> str:
     return str(word) if word != INVALID else "no rank (not an int >= 0)"
 
 
-def lost(label: str, rank: int | None, what: str, cause: BaseException | None) -> DistributedError:
+def lost(
+    label: str, rank: int | None, what: str, cause: BaseException | None, why: str = _WHY
+) -> DistributedError:
     """The error for a step that failed on ``label``: ``rank`` (the peer, if known) ``what``."""
     who = "a peer" if rank is None else f"rank {rank}"
-    why = "" if cause is None else f": {type(cause).__name__}: {cause}"
+    because = "" if cause is None else f": {type(cause).__name__}: {cause}"
     return DistributedError(
-        f"{label}: {who} {what} - it died, hung, raised before a call or passed another "
-        f"'src'; the group cannot be used again{why}",
-        label,
-        rank,
+        f"{label}: {who} {what} - {why}; the group cannot be used again{because}", label, rank
     )
