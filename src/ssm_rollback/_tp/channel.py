@@ -21,7 +21,7 @@ the input, so an error can never leave a peer waiting):
 4. Every rank, the sender included, decodes the words in its own buffer
    once its message is through: all return equal effects or all raise.
 5. On gloo ``src`` is checked only in the handshake (every step would take
-   a message from every rank: 10-25% more time a step, measured). A rank
+   a message from every rank: 6-45% more time a step, measured). A rank
    that passes another or a bad one later leaves the ranks waiting on it
    waiting until the group's timeout; a backend call that fails - that, or
    a dead peer - is ``DistributedError``, and the channel refuses every
