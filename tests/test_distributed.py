@@ -47,6 +47,7 @@ from ssm_rollback import (
 )
 from ssm_rollback import distributed as tp
 from ssm_rollback._tp import channel as _wire_channel
+from ssm_rollback._tp import groups as _groups
 from ssm_rollback._tp import wire as _wire
 from ssm_rollback.backends.torch import TorchSnapshotPool
 
@@ -449,10 +450,14 @@ class Loud:
 
 
 def growth(rank: int, group: dist.ProcessGroup | None) -> dict[str, str]:
-    """A step bigger than the buffer costs one more broadcast, once; then one per step again."""
-    calls = {"broadcast": 0, "all_reduce": 0}
-    channel = _wire_channel._Channel  # its _send is the one place a step's message is made
-    real_send, real_all_reduce = channel._send, dist.all_reduce
+    """A step bigger than the buffer costs one more message, once; then one per step again."""
+    calls = {"messages": 0, "all_reduce": 0}
+    channel = _wire_channel._Channel  # a step's messages: _message, or _reduced's all_reduce
+    real_message, real_reduced, real_all_reduce = (
+        channel._message,
+        channel._reduced,
+        dist.all_reduce,
+    )
 
     def counted(name: str, call: Callable[P, R]) -> Callable[P, R]:
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -461,7 +466,8 @@ def growth(rank: int, group: dist.ProcessGroup | None) -> dict[str, str]:
 
         return wrapper
 
-    channel._send = counted("broadcast", real_send)  # type: ignore[method-assign]
+    channel._message = counted("messages", real_message)  # type: ignore[method-assign]
+    channel._reduced = counted("messages", real_reduced)  # type: ignore[method-assign]
     dist.all_reduce = counted("all_reduce", real_all_reduce)
     results = {}
     rows = 0
@@ -471,12 +477,13 @@ def growth(rank: int, group: dist.ProcessGroup | None) -> dict[str, str]:
             if label.startswith("big"):  # three times what the buffer held before it
                 rows = rows or 3 * _wire_channel.channel_capacity(group)
                 step = [SaveBatch(range(rows), [0] * rows, range(rows), range(rows))]
-            calls.update(broadcast=0, all_reduce=0)
+            calls.update(messages=0, all_reduce=0)
             mine = step if rank == 0 else None
             got = outcome_of(partial(tp.broadcast_effects, mine, src=0, group=group))  # type: ignore[arg-type]
-            results[label] = f"{got} {calls['broadcast']} broadcasts {calls['all_reduce']} reduces"
+            results[label] = f"{got} {calls['messages']} messages {calls['all_reduce']} reduces"
     finally:
-        channel._send = real_send  # type: ignore[method-assign]
+        channel._message = real_message  # type: ignore[method-assign]
+        channel._reduced = real_reduced  # type: ignore[method-assign]
         dist.all_reduce = real_all_reduce
     results["capacity"] = str(_wire_channel.channel_capacity(group))
     return results
@@ -489,7 +496,7 @@ def grow_apart(self: _wire_channel._Channel, capacity: int) -> None:
     """``grow`` with the wire a tensor of its own, as on a GPU: the words must be copied across.
 
     The sender's words go from the host buffer to the wire (``_write``), a
-    receiver's from the wire back to the host buffer it decodes (``_send``).
+    receiver's from the wire back to the host buffer it decodes (``_message``, ``_reduced``).
     """
     _REAL_GROW(self, capacity)
     self._wire = self._tensor.clone()
@@ -508,17 +515,17 @@ def main(argv: list[str]) -> None:
     try:
         tracked = scenario(rank, world)
         paths = {"bad input": bad_input(rank, world, None)}
-        # The broadcast, NCCL's path, on a group of its own: the same results.
+        # The all_reduce, NCCL's path, on a group of its own: the same results.
         _wire_channel.sends_on = lambda config, device: False
         apart = dist.new_group()
-        paths["bad input, broadcast"] = bad_input(rank, world, apart)
+        paths["bad input, all_reduce"] = bad_input(rank, world, apart)
         # NCCL's buffer lives on the GPU, apart from the host words: a CPU stand-in for it.
         _wire_channel._Channel.grow = grow_apart  # type: ignore[method-assign]
         device = dist.new_group()
         paths["bad input, device buffer"] = bad_input(rank, world, device)
         for label, group in (
             ("bad input", dist.group.WORLD),
-            ("bad input, broadcast", apart),
+            ("bad input, all_reduce", apart),
             ("bad input, device buffer", device),
         ):
             channel = _wire_channel._CHANNELS[group]  # type: ignore[index]
@@ -749,8 +756,8 @@ def test_a_header_that_says_more_follows_grows_every_rank_alike(
 )
 def test_a_step_travels_as_sends_only_on_gloo(config: str, device: str, sends: bool) -> None:
     if device == "cpu":  # only an NCCL-only group asks for CUDA (and so needs a GPU here)
-        assert _wire_channel.buffer_device(config) == torch.device("cpu")
-    assert _wire_channel.sends_on(config, torch.device(device)) is sends
+        assert _groups.buffer_device(config) == torch.device("cpu")
+    assert _groups.sends_on(config, torch.device(device)) is sends
 
 
 def test_an_nccl_group_keeps_its_buffer_on_the_current_gpu(
@@ -758,7 +765,7 @@ def test_an_nccl_group_keeps_its_buffer_on_the_current_gpu(
 ) -> None:
     """``init_process_group("nccl")``'s config: no CPU backend, so the buffer goes to the GPU."""
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)  # no GPU needed to name one
-    assert _wire_channel.buffer_device("cuda:nccl") == torch.device("cuda", 3)
+    assert _groups.buffer_device("cuda:nccl") == torch.device("cuda", 3)
 
 
 @pytest.mark.parametrize("backend", ["gloo", None])
@@ -848,7 +855,7 @@ def test_every_rank_tracks_its_shard_of_the_reference(ranks: list[str]) -> None:
     ("path", "sends", "device_buffer"),
     [
         ("bad input", "True", "False"),
-        ("bad input, broadcast", "False", "False"),
+        ("bad input, all_reduce", "False", "False"),
         ("bad input, device buffer", "False", "True"),
     ],
 )
@@ -874,11 +881,11 @@ def test_bad_input_raises_on_every_rank(
         assert seen[label].startswith("WireError: the step's header must hold"), seen[label]
     assert seen["after corruption"] == "ok"
     assert seen["beside the engine's sends"] == "ok, tokens [100, 101, 102, 103, 104]"
-    assert seen["small step"] == "ok 1 broadcasts 0 reduces"
-    assert seen["big step"] == "ok 2 broadcasts 0 reduces"
-    assert seen["big step again"] == "ok 1 broadcasts 0 reduces"
+    assert seen["small step"] == "ok 1 messages 0 reduces"
+    assert seen["big step"] == "ok 2 messages 0 reduces"
+    assert seen["big step again"] == "ok 1 messages 0 reduces"
     assert seen["loud refusal"].startswith("InvalidArgumentError: rank 0 refused")
-    assert seen["loud refusal"].endswith(" 2 broadcasts 0 reduces")
+    assert seen["loud refusal"].endswith(" 2 messages 0 reduces")
     assert int(seen["capacity"]) >= 4 * 1024
     assert seen["bad src"] != "ok"
     assert seen["shapes"].startswith("AgreementError: every rank's pool must")

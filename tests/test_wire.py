@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -189,3 +191,25 @@ def test_a_decoded_save_batch_keeps_its_columns_as_sent() -> None:
     assert isinstance(decoded, SaveBatch)
     assert decoded.sources == (-1, -1)
     assert all(type(c) is tuple for c in (decoded.seqs, decoded.slots, decoded.tickets))
+
+
+def test_a_senders_words_are_a_refusal_whatever_its_effects_do() -> None:
+    """Its peers wait for the sender's words: a step it cannot encode is refused, never raised."""
+
+    def breaks() -> Iterator[Effect]:
+        yield SsmStateAccept(0, 0)
+        raise KeyError("row 7")
+
+    refused, words = _wire.sender_words(breaks(), 100)
+    assert isinstance(refused, InvalidArgumentError)
+    assert str(refused) == "iterating 'effects' raised KeyError: 'row 7'"
+    assert bytes(words).decode() == str(refused)
+    refused, words = _wire.sender_words([SsmStateAccept(0, 0)] * 3, 9)
+    assert str(refused) == "'effects' must encode to at most 9 words, got 10"
+    refused, _ = _wire.sender_words([object()], 100)  # type: ignore[list-item]
+    assert str(refused).startswith("'effects[0]' must be an SsmSnapshotSave")
+    assert _wire.sender_words(None, 100) == (None, [_wire.MAGIC, 0])
+    assert _wire.sender_words([SsmStateAccept(0, 0)] * 3, 10) == (
+        None,
+        _wire.encode([SsmStateAccept(0, 0)] * 3),
+    )

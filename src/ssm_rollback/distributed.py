@@ -5,8 +5,8 @@ shard of the SSM state in its own pool. Per step:
 
 1. ``broadcast_effects(effects, src=scheduler)`` on every rank: the
    scheduler's effects travel as int64 words in one message of a buffer
-   each group keeps (``_wire_channel``: tagged sends on gloo, a
-   ``broadcast`` on NCCL), no pickling, and every rank - the scheduler
+   each group keeps (``_wire_channel``: tagged sends on gloo, an
+   ``all_reduce`` on NCCL), no pickling, and every rank - the scheduler
    included - gets the same decoded tuple back. Bad input raises
    ``SsmRollbackError`` on every rank: each rank makes the same calls in the
    same order and decodes the same words, so an error cannot leave a peer
@@ -36,15 +36,18 @@ import torch.distributed as dist
 
 from ._core.effect_dict import Effect
 from ._core.ring import SsmDecodeRing
-from ._errors import InvalidArgumentError, check_non_negative_int
+from ._errors import InvalidArgumentError
 from ._tp import channel as _wire_channel
 from ._tp import wire as _wire
 from ._tp.agreement import AgreementError, SlotDispute, check_agreement, retire_disputed
+from ._tp.failures import DistributedError, src_word
+from ._tp.groups import group_active
 from ._tp.shard import shard_live_states, shard_of, shard_pool
 from .pool import SaveOutcome, SnapshotPool, apply_effects
 
 __all__ = [
     "AgreementError",
+    "DistributedError",
     "SlotDispute",
     "WireError",
     "apply_on_worker",
@@ -71,26 +74,31 @@ def broadcast_effects(
     only it passes ``effects`` (the others pass ``None``, or anything: it is
     ignored). One message per step, of a buffer the group keeps from step to
     step: on gloo a send from ``src`` to each rank (tagged ``b"SSMR"``, apart
-    from the engine's own messages), on NCCL a ``broadcast``. The group's
-    first step first checks every rank's wire format version (one
-    ``all_reduce``), and a step too big for the buffer grows it with a
-    second message. Every rank decodes the same words,
-    so all return equal tuples or all raise: ``InvalidArgumentError`` when
-    the scheduler's input was bad (with its message), ``WireError`` when the
-    ranks speak different format versions or the words do not decode.
+    from the engine's own messages), on NCCL an ``all_reduce`` that also
+    carries every rank's ``src``. The group's first step first checks every
+    rank's wire format version and ``src`` (two one-word ``all_reduce``), and
+    a step too big for the buffer grows it with a second message. Every rank
+    decodes the same words, so all return equal tuples or all raise:
+    ``InvalidArgumentError`` when the scheduler's input was bad (with its
+    message) or the ranks' ``src`` differ (naming each), ``WireError`` when
+    the ranks speak different format versions or the words do not decode.
+
+    A peer that died, or did not take the step within the group's timeout,
+    is ``DistributedError`` (naming the group and, on gloo, the peer) on the
+    ranks that waited on it. On gloo that is also how a ``src`` that differs
+    after the group's first step shows: ranks compare ``src`` only in the
+    handshake, since a check every step would take a message from every rank.
     """
-    src = check_non_negative_int("src", src)
-    if not _wire_channel.group_active(group):
-        if src != 0:
+    word, error = src_word(src)
+    if not group_active(group):
+        if error is not None:
+            raise error
+        if word != 0:
             raise InvalidArgumentError(
                 f"'src' must be 0 without an initialised process group (one rank), got {src}"
             )
         return _wire.decode(_wire.encode(() if effects is None else effects))
-    if src >= dist.get_world_size():  # every rank refuses alike, before any collective
-        raise InvalidArgumentError(
-            f"'src' must be a rank < the world size {dist.get_world_size()}, got {src}"
-        )
-    return _wire_channel.step(effects, src=src, group=group)
+    return _wire_channel.step(effects, src=word, error=error, group=group)
 
 
 @final

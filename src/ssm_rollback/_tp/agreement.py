@@ -18,7 +18,8 @@ import torch.distributed as dist
 from .._core.ring import SsmDecodeRing, SsmRingEntry
 from .._errors import InvariantError
 from ..pool import Rings, SnapshotPool
-from .channel import group_active, group_device
+from .failures import lost
+from .groups import group_active, group_device, group_label
 
 __all__ = ["AgreementError", "SlotDispute", "check_agreement", "retire_disputed"]
 
@@ -70,7 +71,12 @@ def _gather(values: list[int], group: dist.ProcessGroup | None) -> list[list[int
     device = group_device(group)
     mine = torch.tensor(values, dtype=torch.int64, device=device)
     everyone = [torch.empty_like(mine) for _ in range(dist.get_world_size(group))]
-    dist.all_gather(everyone, mine, group=group)
+    try:
+        dist.all_gather(everyone, mine, group=group)
+    except RuntimeError as cause:  # a peer died or never called: DistributedError, not gloo's
+        resolved = dist.group.WORLD if group is None else group
+        assert isinstance(resolved, dist.ProcessGroup)  # initialised: group_active said so
+        raise lost(group_label(resolved), None, "did not check agreement", cause) from cause
     return [t.tolist() for t in everyone]
 
 
@@ -99,6 +105,9 @@ def check_agreement(
     while it still holds what it held then - the scheduler has retired it
     (``retire_disputed``) and no restore will name it. The next save that
     writes the slot on every rank brings it back under the check.
+
+    A peer that died, or did not call within the group's timeout, is
+    ``DistributedError`` (naming the group; the backend does not say which rank).
     """
     if not group_active(group):
         return

@@ -3,22 +3,32 @@
 Rules (every rank runs the same communication in the same order, whatever
 the input, so an error can never leave a peer waiting):
 
-1. The first step on a process group is a handshake: one ``all_reduce`` of
-   every rank's format word. Mixed formats raise ``WireError`` on every
-   rank and nothing is kept, so the next step shakes hands again.
+1. A group's first step is a handshake (``groups.shake_hands``): every
+   rank's format word, then every rank's ``src``, one ``all_reduce`` each.
+   It raises the same error on every rank and keeps nothing if they differ.
 2. After it, a step is one message of the group's buffer of ``capacity``
-   words from the sender to every rank: a header (``status``, ``length``),
-   then ``length`` payload words - the effects (``_wire``), or the sender's
-   refusal message. On gloo the message is a send from the sender to each
-   rank (tag ``TAG``) and a receive on each; elsewhere (NCCL) a
-   ``broadcast``. Gloo runs a collective on a worker thread of its own, a
-   send or receive on the caller's thread: fewer thread hand-offs a step.
+   words: a header (``status``, the step's number above its low byte, and
+   ``length``), then ``length`` payload words - the effects (``_wire``), or
+   the sender's refusal message. On gloo the message is a send from the
+   sender to every rank (tag ``TAG``): gloo runs a collective on a worker
+   thread of its own, a send on the caller's, so fewer thread hand-offs.
+   Elsewhere (NCCL) it is an ``all_reduce`` of the sender's words and zeros
+   from the others, with every rank's ``src`` after the header: every rank
+   checks every step's ``src`` in the step's own collective.
 3. A payload that does not fit sets ``FOLLOWS`` in the header; then every
-   rank takes a second message of a buffer grown to hold it, and keeps that
-   buffer. Every rank reads the same header, so every rank makes the same
-   second call (or none).
+   rank takes a second message (a ``broadcast`` after an ``all_reduce``) of
+   a buffer grown to hold it, and keeps that buffer.
 4. Every rank, the sender included, decodes the words in its own buffer
    once its message is through: all return equal effects or all raise.
+5. On gloo ``src`` is checked only in the handshake (every step would take
+   a message from every rank: 6-45% more time a step, measured). A rank
+   that passes another or a bad one later leaves the ranks waiting on it
+   waiting until the group's timeout; a backend call that fails - that, or
+   a dead peer - is ``DistributedError``, and the channel refuses every
+   later step.
+6. Every call counts as a step, also one that raised before its message,
+   and a message of another step is refused (``DistributedError``): a rank
+   that skipped a step never takes that step's message as its next one.
 """
 
 from __future__ import annotations
@@ -35,8 +45,12 @@ import torch
 import torch.distributed as dist
 
 from .._core.effect_dict import Effect
-from .._errors import InvalidArgumentError, InvalidArgumentTypeError, SsmRollbackError
+from .._errors import InvalidArgumentError, InvalidArgumentTypeError
 from . import wire as _wire
+from .failures import DistributedError, lost, src_refusal
+
+# sends_on by name: a seam the tests turn off to run NCCL's all_reduce on gloo.
+from .groups import buffer_device, group_label, sends_on, shake_hands
 
 __all__ = [
     "FOLLOWS",
@@ -45,10 +59,7 @@ __all__ = [
     "OK",
     "REFUSED",
     "TAG",
-    "buffer_device",
     "channel_capacity",
-    "group_active",
-    "group_device",
     "sends_on",
     "step",
 ]
@@ -73,44 +84,6 @@ def header_words(status: int, length: int) -> tuple[int, int]:
     return status, length
 
 
-def _backends(config: str) -> dict[str, str]:
-    """A group's backend by device type, from ``dist.get_backend_config`` (``"cpu:gloo"``)."""
-    found: dict[str, str] = {}
-    for part in config.split(","):
-        kind, _, name = part.rpartition(":")
-        for device_type in (kind,) if kind else ("cpu", "cuda"):  # a bare name serves both
-            found[device_type] = name
-    return found
-
-
-def group_active(group: dist.ProcessGroup | None) -> bool:
-    """Whether collectives run at all: without an initialised process group, one rank."""
-    return dist.is_available() and dist.is_initialized()
-
-
-def group_device(group: dist.ProcessGroup | None) -> torch.device:
-    """Where this group's collectives want their tensors: the CPU if it has a CPU backend."""
-    return buffer_device(str(dist.get_backend_config(group)))
-
-
-def buffer_device(config: str) -> torch.device:
-    """Where a group's buffers live: the CPU wherever the group has a CPU backend, else CUDA."""
-    backends = _backends(config)
-    if "cpu" not in backends and "cuda" in backends:
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
-
-
-def sends_on(config: str, device: torch.device) -> bool:
-    """Whether a group's steps travel as sends (rule 2): a buffer on the CPU, on gloo.
-
-    ``config`` is ``dist.get_backend_config``'s (``get_backend`` says
-    ``"undefined"`` for a group started without naming one). A seam: the
-    tests turn it off to run the broadcast, NCCL's path, on gloo.
-    """
-    return device.type == "cpu" and _backends(config).get("cpu") == "gloo"
-
-
 @final
 @attrs.define(eq=False)
 class _Channel:
@@ -118,15 +91,25 @@ class _Channel:
 
     # Weak: a destroyed group must be freed when torch lets go of it, not at exit.
     _group: weakref.ReferenceType[dist.ProcessGroup]
+    _label: str
     _device: torch.device
     _rank: int
     _group_rank: int
-    _sends: bool  # rule 2: the step's message as sends from the sender (gloo), else a broadcast
+    _ranks: tuple[int, ...]  # the group's global ranks, in group order
+    _sends: bool  # rule 2: the step's message as sends from the sender (gloo), else a collective
     _host: array[int] = attrs.field(factory=lambda: array("q"))
     _view: memoryview = attrs.field(factory=lambda: memoryview(b""))
     _wire: torch.Tensor = attrs.field(factory=lambda: torch.empty(0, dtype=torch.int64))
     _tensor: torch.Tensor = attrs.field(factory=lambda: torch.empty(0, dtype=torch.int64))
-    _roots: dict[int, int] = attrs.field(factory=dict)  # src's global rank -> its group rank
+    _broken: DistributedError | None = None  # rule 5: the failure that ended this group
+    _steps: int = 0  # rule 6: the steps this rank has begun on the group
+    # Where the payload starts: after the header, and on a collective the ranks' words.
+    _at: int = attrs.field(init=False)
+    _roots: dict[int, int] = attrs.field(init=False)  # a rank's global rank -> its group rank
+
+    def __attrs_post_init__(self) -> None:
+        self._at = HEADER if self._sends else HEADER + len(self._ranks)
+        self._roots = {rank: at for at, rank in enumerate(self._ranks)}
 
     @property
     def capacity(self) -> int:
@@ -141,74 +124,121 @@ class _Channel:
         on_cpu = self._device.type == "cpu"
         self._wire = self._tensor if on_cpu else self._tensor.to(self._device)
 
-    def step(self, effects: Iterable[Effect] | None, src: int) -> tuple[Effect, ...]:
-        """Rules 2-4 on this rank; ``effects`` matter only on ``src``."""
-        root = self._roots.get(src)
-        if root is None:  # checked before any collective: every rank refuses alike
-            root = self._roots[src] = _group_rank(self._live_group(), src)
+    def step(
+        self, effects: Iterable[Effect] | None, src: int, error: InvalidArgumentError | None
+    ) -> tuple[Effect, ...]:
+        """Rules 2-6 on this rank; ``effects`` matter only on ``src``."""
+        if self._broken is not None:
+            raise DistributedError(
+                f"{self._label} cannot take another step after: {self._broken}",
+                self._label,
+                self._broken.rank,
+            ) from self._broken
+        self._steps += 1
+        if not self._sends:
+            return self._reduced(effects, src, error)
+        if error is not None:  # rule 5: the ranks waiting on this one wait for the timeout
+            raise error
+        root = self._root(src)
         payload = self._post(effects) if self._rank == src else []
-        # The sender decodes only once its message is out. Decoding while the wire carries
-        # it would overlap nothing the workers wait on (they decode after receiving), and
-        # where busy threads outnumber cores it slows the send itself (measured: the
-        # workers' step took 14-17% longer on two cores).
-        self._send(root)
+        # The sender decodes only once its message is out: decoding while the wire carries it
+        # slows the send where busy threads outnumber cores (workers' step 14-17% longer).
+        self._message(root)
         return self._read(src, root, payload)
+
+    def _reduced(
+        self, effects: Iterable[Effect] | None, src: int, error: InvalidArgumentError | None
+    ) -> tuple[Effect, ...]:
+        """Rule 2 on a collective: the payload and every rank's ``src`` in one ``all_reduce``."""
+        payload: list[int] = []
+        if src == self._rank:
+            payload = self._post(effects)
+        else:  # zeros, so the sum is the sender's words (and each rank's own word)
+            self._wire.zero_()
+        words = [0] * len(self._ranks)
+        words[self._group_rank] = src
+        self._write(HEADER, words)
+        group = self._live_group()
+        self._wait(group.allreduce([self._wire]), None, "did not take part in the step")
+        if self._wire is not self._tensor:
+            self._tensor.copy_(self._wire)
+        refusal = src_refusal(self._view[HEADER : self._at].tolist(), self._ranks, error)
+        if refusal is not None:
+            raise refusal
+        return self._read(src, self._root(src), payload)
+
+    def _root(self, src: int) -> int:
+        """``src``'s rank in the group; not in it, every rank refuses alike."""
+        root = self._roots.get(src)
+        if root is None:
+            raise InvalidArgumentError(
+                f"'src' must be a rank of the group (ranks {list(self._ranks)}), got {src}"
+            )
+        return root
 
     def _read(self, src: int, root: int, payload: list[int]) -> tuple[Effect, ...]:
         """Rules 3-4: the words in this rank's buffer as effects, or the error every rank raises."""
-        status, length = self._view[:HEADER].tolist()
+        at = self._at
+        word, length = self._view[:HEADER].tolist()
+        status, stamp = word & 0xFF, word >> 8
+        if status & ~FOLLOWS in (OK, REFUSED) and stamp != self._steps:  # rule 6
+            what = f"sent step {stamp}'s message, this rank's step is {self._steps}"
+            why = "one of them skipped a step (raised before it, or never called)"
+            raise self._lost(self._ranks[root], what, None, why)
         if status in (OK | FOLLOWS, REFUSED | FOLLOWS) and 0 <= length <= MAX_WORDS:
-            self.grow(max(2 * self.capacity, 1 << (HEADER + length - 1).bit_length()))
+            self.grow(max(2 * self.capacity, 1 << (at + length - 1).bit_length()))
             if self._rank == src:
-                self._write(HEADER, payload[:length])
-            self._send(root)
+                self._write(at, payload[:length])
+            self._message(root)
             status &= ~FOLLOWS
-        if status not in (OK, REFUSED) or not 0 <= length <= self.capacity - HEADER:
+        if status not in (OK, REFUSED) or not 0 <= length <= self.capacity - at:
             raise _wire.WireError(
                 f"the step's header must hold a status in {{{OK}, {REFUSED}}} (flag {FOLLOWS}: "
-                f"a length up to {MAX_WORDS} follows; else up to {self.capacity - HEADER}), got "
+                f"a length up to {MAX_WORDS} follows; else up to {self.capacity - at}), got "
                 f"status {status} and length {length}: a corrupted header"
             )
         # A tuple straight from the buffer: decode slices its columns from it without a copy.
-        words = struct.unpack_from(f"{length}q", self._host, 8 * HEADER)
+        words = struct.unpack_from(f"{length}q", self._host, 8 * at)
         if status == REFUSED:
             message = bytes(w & 0xFF for w in words).decode("utf-8", "replace")
             raise InvalidArgumentError(f"rank {src} refused the step's effects: {message}")
-        return _wire.decode(words, checked=self._all_non_negative(length))
+        return _wire.decode(words, checked=self._all_non_negative(at, length))
 
-    def _all_non_negative(self, length: int) -> bool:
+    def _all_non_negative(self, at: int, length: int) -> bool:
         """Rule 5 of the format at C speed: every payload word is ``>= 0``.
 
-        An int64 is negative exactly when the top bit of its most significant
-        byte is set, so the payload's top bytes, taken every eighth byte, are
-        all ASCII. A copy and a strided slice of bytes, no per-word work and no
-        torch call (whose dispatch costs more than the check itself on a step
-        that starts cold). ``False`` makes decode look closer and name the word.
+        An int64 is negative exactly when the top bit of its most significant byte is
+        set: the payload's top bytes, every eighth byte, are all ASCII. No per-word work
+        and no torch call; ``False`` makes decode look closer and name the word.
         """
-        payload = self._view.cast("B")[8 * HEADER : 8 * (HEADER + length)].tobytes()
+        payload = self._view.cast("B")[8 * at : 8 * (at + length)].tobytes()
         return payload[_TOP_BYTE::8].isascii()
 
     def _post(self, effects: Iterable[Effect] | None) -> list[int]:
         """The sender's side: write the header and, if it fits, the payload; return the payload."""
-        status, payload = _encode(effects)
-        if HEADER + len(payload) > self.capacity and status == OK:
+        refused, payload = _wire.sender_words(effects, MAX_WORDS)
+        if self._at + len(payload) > self.capacity and refused is None:
             # Checked now: once the header says more follows, every rank waits for it.
-            error = _wire.out_of_range(payload)
-            if error is not None:
-                status, payload = _refusal(error)
+            found = _wire.out_of_range(payload)
+            if found is not None:
+                refused, payload = _wire.refusal(found)
         try:
             fits = self._put_payload(payload)
         except struct.error as cause:  # a value int64 cannot carry, as encode would refuse it
             found = _wire.out_of_range(payload)
-            status, payload = _refusal(found or InvalidArgumentTypeError(f"'effects': {cause}"))
+            refused, payload = _wire.refusal(
+                found or InvalidArgumentTypeError(f"'effects': {cause}")
+            )
             fits = self._put_payload(payload)
-        self._write(0, header_words(status if fits else status | FOLLOWS, len(payload)))
+        status = OK if refused is None else REFUSED
+        status, length = header_words(status if fits else status | FOLLOWS, len(payload))
+        self._write(0, (self._steps << 8 | status, length))
         return payload
 
     def _put_payload(self, payload: list[int]) -> bool:
-        fits = HEADER + len(payload) <= self.capacity
+        fits = self._at + len(payload) <= self.capacity
         if fits:
-            self._write(HEADER, payload)
+            self._write(self._at, payload)
         return fits
 
     def _live_group(self) -> dist.ProcessGroup:
@@ -216,58 +246,47 @@ class _Channel:
         assert group is not None  # the caller holds it: it is this step's group
         return group
 
-    def _send(self, root: int) -> None:
+    def _message(self, root: int) -> None:
         """Rule 2's message of the buffer from group rank ``root``; then every rank holds it."""
         # The group's own calls: dist.broadcast's and dist.send's checks, made once per group
         # here, cost more than the message itself on a small step.
         group = self._live_group()
         if not self._sends:
-            group.broadcast(self._wire, root).wait()
+            self._wait(group.broadcast(self._wire, root), None, "did not take part in the step")
             if self._wire is not self._tensor and self._group_rank != root:
                 self._tensor.copy_(self._wire)
         elif self._group_rank != root:
-            group.recv([self._wire], root, TAG).wait()
+            work = group.recv([self._wire], root, TAG)
+            self._wait(work, self._ranks[root], "sent no step (it is this rank's 'src')")
         else:
             peers = [peer for peer in range(group.size()) if peer != root]
-            for work in [group.send([self._wire], peer, TAG) for peer in peers]:
-                work.wait()
+            failed: tuple[int, RuntimeError] | None = None
+            for peer, work in [(peer, group.send([self._wire], peer, TAG)) for peer in peers]:
+                try:  # every send waited for, so none is left in flight when one fails
+                    work.wait()
+                except RuntimeError as error:
+                    failed = failed or (peer, error)
+            if failed is not None:
+                what = f"took no step from rank {self._rank} (its 'src')"
+                raise self._lost(self._ranks[failed[0]], what, failed[1]) from failed[1]
+
+    def _wait(self, work: dist.Work, rank: int | None, what: str) -> None:
+        try:
+            work.wait()
+        except RuntimeError as cause:  # gloo's own, or DistBackendError: rule 5
+            raise self._lost(rank, what, cause) from cause
+
+    def _lost(
+        self, rank: int | None, what: str, cause: RuntimeError | None, *why: str
+    ) -> DistributedError:
+        self._broken = lost(self._label, rank, what, cause, *why)
+        return self._broken
 
     def _write(self, at: int, words: list[int] | tuple[int, ...]) -> None:
         # struct packs a list of ints several times faster than array() or torch.tensor()
         struct.pack_into(f"{len(words)}q", self._host, 8 * at, *words)
         if self._wire is not self._tensor:  # a device buffer (NCCL): the host's words go with it
             self._wire[at : at + len(words)].copy_(self._tensor[at : at + len(words)])
-
-
-def _encode(effects: Iterable[Effect] | None) -> tuple[int, list[int]]:
-    """The sender's status and payload: the effects' words, or its refusal message."""
-    try:
-        # The range check is the packing's (struct refuses what int64 cannot carry).
-        words = _wire.encode(() if effects is None else effects, ranged=False)
-    except SsmRollbackError as error:
-        return _refusal(error)
-    except Exception as error:  # the caller's iterable broke: refused on every rank, no hang
-        return _refusal(
-            InvalidArgumentError(f"iterating 'effects' raised {type(error).__name__}: {error}")
-        )
-    if len(words) > MAX_WORDS:
-        return _refusal(
-            InvalidArgumentError(
-                f"'effects' must encode to at most {MAX_WORDS} words, got {len(words)}"
-            )
-        )
-    return OK, words
-
-
-def _group_rank(group: dist.ProcessGroup, src: int) -> int:
-    try:
-        return dist.get_group_rank(group, src)
-    except (ValueError, RuntimeError):  # every rank of the group refuses alike
-        raise InvalidArgumentError(f"'src' must be a rank of the group, got {src}") from None
-
-
-def _refusal(error: SsmRollbackError) -> tuple[int, list[int]]:
-    return REFUSED, list(str(error).encode("utf-8"))
 
 
 # Keyed weakly by the group: a destroyed and re-created group is a new object,
@@ -277,7 +296,9 @@ _CHANNELS: Final[weakref.WeakKeyDictionary[dist.ProcessGroup, _Channel]] = (
 )
 
 
-def _channel(group: dist.ProcessGroup | None) -> _Channel:
+def _channel(
+    group: dist.ProcessGroup | None, src: int, error: InvalidArgumentError | None
+) -> _Channel:
     """The group's channel, after the handshake (rule 1) on its first step."""
     resolved = dist.group.WORLD if group is None else group
     assert resolved is not None  # the caller checked that a process group is initialised
@@ -291,31 +312,30 @@ def _channel(group: dist.ProcessGroup | None) -> _Channel:
         )
     config = str(dist.get_backend_config(resolved))
     device = buffer_device(config)
-    formats = torch.zeros(dist.get_world_size(resolved), dtype=torch.int64)
-    formats[me] = _wire.MAGIC
-    formats = formats.to(device)
-    dist.all_reduce(formats, group=resolved)
-    seen: list[int] = formats.tolist()
-    if any(f != _wire.MAGIC for f in seen):
-        raise _wire.WireError(
-            f"every rank must speak wire format {_wire.MAGIC:#x}, got formats by rank "
-            f"{[hex(f) for f in seen]}: mixed library versions"
-        )
-    channel = _Channel(weakref.ref(resolved), device, dist.get_rank(), me, sends_on(config, device))
+    ranks = shake_hands(resolved, src, error, device)
+    label, sends = group_label(resolved), sends_on(config, device)
+    channel = _Channel(weakref.ref(resolved), label, device, dist.get_rank(), me, ranks, sends)
     channel.grow(FIRST_CAPACITY)
     _CHANNELS[resolved] = channel
     return channel
 
 
 def step(
-    effects: Iterable[Effect] | None, *, src: int, group: dist.ProcessGroup | None
+    effects: Iterable[Effect] | None,
+    *,
+    src: int,
+    error: InvalidArgumentError | None,
+    group: dist.ProcessGroup | None,
 ) -> tuple[Effect, ...]:
-    """One step of ``broadcast_effects`` over an initialised process group (rules 1-4)."""
-    return _channel(group).step(effects, src)
+    """One step of ``broadcast_effects`` over an initialised process group (rules 1-6).
+
+    ``src`` is ``failures.src_word``'s word and ``error`` its error (for ``INVALID``).
+    """
+    return _channel(group, src, error).step(effects, src, error)
 
 
 def channel_capacity(group: dist.ProcessGroup | None) -> int:
-    """The words a step's broadcast carries on ``group`` now (0 before its first step)."""
+    """The words a step's message carries on ``group`` now (0 before its first step)."""
     resolved = dist.group.WORLD if group is None else group
     found = _CHANNELS.get(resolved) if isinstance(resolved, dist.ProcessGroup) else None
     return 0 if found is None else found.capacity

@@ -2,7 +2,7 @@
 
 Pure Python, no torch: ``encode`` turns effects into words, ``decode`` turns
 words back into effects, and the tensor plumbing lives in ``_wire_channel``.
-Rules of the format (version 3):
+Rules of the format (version 4):
 
 1. The payload starts with ``MAGIC`` (which carries ``VERSION``) and the
    record count; every record starts with its kind code and its row count
@@ -37,7 +37,7 @@ from typing import Final, cast
 from .._core.effect_dict import Effect
 from .._core.effects import SsmSnapshotRestore, SsmSnapshotSave, SsmStateAccept
 from .._core.save_batch import SaveBatch
-from .._errors import InvalidArgumentTypeError, SsmRollbackError
+from .._errors import InvalidArgumentError, InvalidArgumentTypeError, SsmRollbackError
 from . import wire_values as values
 
 __all__ = [
@@ -52,11 +52,15 @@ __all__ = [
     "decode",
     "encode",
     "out_of_range",
+    "refusal",
+    "sender_words",
 ]
 
 #: The format's version; a receiver refuses any other. 3: the words of 2, but on gloo they
 #: travel as sends, which a rank of version 2 (waiting on a broadcast) would never take.
-VERSION: Final = 3
+#: 4: the words of 3, but a group's first step also gathers every rank's ``src``, and on
+#: NCCL a step is an ``all_reduce`` with every rank's ``src``, not a broadcast.
+VERSION: Final = 4
 #: ``b"SSMR"`` and the version: the first word of every payload.
 MAGIC: Final = (0x53534D52 << 16) | VERSION
 
@@ -114,6 +118,35 @@ def encode(effects: Iterable[Effect], *, ranged: bool = True) -> list[int]:
         if error is not None:
             raise error
     return words
+
+
+def sender_words(
+    effects: Iterable[Effect] | None, limit: int
+) -> tuple[SsmRollbackError | None, list[int]]:
+    """A sender's payload: ``(None, words)``, or its refusal and the refusal's message bytes.
+
+    Never raises, whatever the effects do: the sender's peers are waiting to
+    hear of it. The range check is left to the caller's packing (``out_of_range``).
+    """
+    try:
+        words = encode(() if effects is None else effects, ranged=False)
+    except SsmRollbackError as error:
+        return refusal(error)
+    except Exception as error:  # the caller's iterable broke: refused on every rank, no hang
+        kind = type(error).__name__
+        return refusal(InvalidArgumentError(f"iterating 'effects' raised {kind}: {error}"))
+    if len(words) > limit:
+        return refusal(
+            InvalidArgumentError(
+                f"'effects' must encode to at most {limit} words, got {len(words)}"
+            )
+        )
+    return None, words
+
+
+def refusal(error: SsmRollbackError) -> tuple[SsmRollbackError, list[int]]:
+    """A refused step's payload: the error's message, one byte a word."""
+    return error, list(str(error).encode("utf-8"))
 
 
 def out_of_range(words: list[int]) -> InvalidArgumentTypeError | None:
