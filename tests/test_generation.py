@@ -129,8 +129,13 @@ def float64_model(model_type: str) -> torch.nn.Module:
 def _record_forwards(
     target: torch.nn.Module, monkeypatch: pytest.MonkeyPatch
 ) -> tuple[list[tuple[int, list[int], torch.Tensor]], RemovableHandle]:
-    """Every forward pass of ``target``: the tokens its cache held, the tokens fed, the logits."""
+    """Every forward pass of ``target``: the tokens its cache held, the tokens fed, the logits.
+
+    The decoders' probe of a model's multi-token forward runs once per model: run it first."""
+    from ssm_rollback.integrations._hf.probe import check_multi_token_forward
     from ssm_rollback.integrations._hf.stream import _Stream
+
+    check_multi_token_forward("model", target, 128)
 
     seen: list[tuple[int, list[int], torch.Tensor]] = []
     lengths: list[int] = []
@@ -197,6 +202,7 @@ def test_a_replay_stays_bounded_when_drafts_keep_failing() -> None:
     def wrong(tokens: list[int], n: int) -> list[int]:
         return [(t + 1) % 128 for t in expected[0, len(tokens) : len(tokens) + n].tolist()]
 
+    speculative_generate(target, ids, max_new_tokens=2)  # the one-off probe of its forward
     widths: list[int] = []
     hook = target.register_forward_hook(lambda _, args, out: widths.append(args[0].shape[1]))
     try:

@@ -2,7 +2,11 @@
 
 ``cache_pool`` (the snapshot pool over a cache), ``crop`` (attention KV
 truncation), ``stream`` (one decode stream: cache, ring, pool), ``decoding``
-(shared decode helpers and the result type), ``generation``
-(``backtracking_generate``), ``speculative`` (``speculative_generate``) and
-``scan_chunks`` (narrowed scans for short forwards).
+(the counters and the result type), ``arguments`` (the decoders' own
+arguments, checked), ``prompts`` (``input_ids`` and a left-padding mask),
+``generate_args`` (what ``model.generate`` passes a ``custom_generate``
+function), ``probe`` (whether a model's multi-token cached forward works),
+``generation`` (``backtracking_generate``), ``speculative``
+(``speculative_generate``) and ``scan_chunks`` (narrowed scans for short
+forwards).
 """

@@ -2,27 +2,16 @@
 
 ``backtracking_generate`` and ``speculative_generate`` both count what they
 did in ``_Counts`` and return a ``GenerationResult`` whose ``report`` is
-those counters frozen; both take prompts as ``[batch, length]`` token ids
-and pad rows of different lengths as ``model.generate`` does.
+those counters frozen (``prompts`` reads their prompts and builds the
+sequences).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import attrs
 import torch
 
-from ..._errors import InvalidArgumentError
-
-__all__ = [
-    "GenerationReport",
-    "GenerationResult",
-    "pad_id",
-    "pad_rows",
-    "pick",
-    "prompt_rows",
-]
+__all__ = ["GenerationReport", "GenerationResult", "pick"]
 
 
 @attrs.define
@@ -39,6 +28,8 @@ class _Counts:
     rollbacks_declined: int = 0
     #: Of those, rollbacks the grammar matcher could not follow that far.
     grammar_declined: int = 0
+    #: Of those, rollbacks declined because the row had spent its ``max_rollbacks``.
+    rollbacks_over_budget: int = 0
     #: Tokens dropped by served rollbacks (and decoded again).
     tokens_regenerated: int = 0
     #: Boundary tokens in the output.
@@ -79,36 +70,6 @@ class GenerationResult:
 
     sequences: torch.Tensor
     report: GenerationReport
-
-
-def prompt_rows(input_ids: torch.Tensor | Sequence[int]) -> list[list[int]]:
-    """The prompt rows of ``input_ids`` (``[batch, length]`` or one row), checked."""
-    ids = torch.as_tensor(input_ids)
-    if ids.dim() == 1:
-        ids = ids[None]
-    if ids.dim() != 2 or ids.shape[1] == 0 or ids.dtype.is_floating_point:
-        raise InvalidArgumentError(
-            f"'input_ids' must be integer token ids shaped [batch, length] with length >= 1, "
-            f"got a {tuple(ids.shape)} {ids.dtype} tensor"
-        )
-    rows: list[list[int]] = ids.tolist()
-    return rows
-
-
-def pad_rows(rows: Sequence[Sequence[int]], pad: int, like: torch.Tensor) -> torch.Tensor:
-    """Rows of different lengths as one tensor, padded on the right as ``generate`` does."""
-    width = max(len(row) for row in rows)
-    padded = [[*row, *([pad] * (width - len(row)))] for row in rows]
-    return torch.tensor(padded, dtype=torch.long, device=like.device)
-
-
-def pad_id(model: torch.nn.Module, eos: frozenset[int], pad_token_id: int | None) -> int:
-    if pad_token_id is not None:
-        return pad_token_id
-    configured = getattr(getattr(model, "generation_config", None), "pad_token_id", None)
-    if isinstance(configured, int):
-        return configured
-    return min(eos) if eos else 0
 
 
 def pick(scores: torch.Tensor, generator: torch.Generator | None) -> int:

@@ -17,30 +17,39 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Sequence
+from typing import Final
 
 import attrs
 import torch
 
 from ... import SsmDecodeRing
-from ..._errors import InvalidArgumentTypeError, check_non_negative_int
+from ..._errors import check_non_negative_int
 from ...rollback import RollbackDeclined, RollbackPlan, snapshot_boundary_if_ssm
 from .._grammar.rollback import _transact
 from .._grammar.step import GrammarArg, RowGrammar, row_grammars
-from .decoding import (
-    GenerationReport,
-    GenerationResult,
-    _Counts,
+from .arguments import (
+    TokenPredicate,
+    as_predicate,
+    ban_mask,
+    check_callable,
+    check_flag,
+    check_generator,
+    eos_ids,
     pad_id,
-    pad_rows,
-    pick,
-    prompt_rows,
+    text_vocab_size,
 )
-from .stream import TokenPredicate, _Stream, as_predicate, eos_ids, text_vocab_size
+from .decoding import GenerationReport, GenerationResult, _Counts, pick
+from .generate_args import generate_args
+from .prompts import read_prompts, sequences
+from .stream import _Stream
 
 __all__ = ["GenerationReport", "GenerationResult", "backtracking_generate"]
 
 #: ``reject(tokens)``: ``None`` keeps the newest token; an int rolls the row back to at most it.
 RejectFn = Callable[[list[int]], int | None]
+
+#: Served rollbacks a row may take by default before further ones are declined.
+MAX_ROLLBACKS: Final = 64
 
 
 @attrs.define
@@ -54,23 +63,28 @@ class _Row:
     boundaries: list[int] = attrs.field(factory=list)
     logits_after: list[torch.Tensor] = attrs.field(factory=list)
     grammar: RowGrammar | None = None
+    #: Rollbacks this row may still take (``max_rollbacks`` less those served).
+    budget: int = 0
 
 
-def _ban_mask(ban: Iterable[int] | torch.Tensor | None, vocab: int) -> torch.Tensor | None:
-    if ban is None:
-        return None
-    if isinstance(ban, torch.Tensor) and ban.dtype == torch.bool:
-        return ban[:vocab].cpu()
-    mask = torch.zeros(vocab, dtype=torch.bool)
-    mask[[int(t) for t in ban]] = True
-    return mask
+@attrs.frozen
+class _Rules:
+    """A call's checked arguments that every row decodes by."""
+
+    max_new_tokens: int
+    boundary: Callable[[int], bool]
+    reject: RejectFn
+    banned: torch.Tensor | None
+    eos: frozenset[int]
+    generator: torch.Generator | None
+    check: bool
 
 
 def backtracking_generate(
     model: torch.nn.Module,
     input_ids: torch.Tensor,
     *,
-    max_new_tokens: int,
+    max_new_tokens: int | None = None,
     is_boundary: TokenPredicate,
     reject: RejectFn,
     capacity: int = 4,
@@ -81,6 +95,8 @@ def backtracking_generate(
     check_rollbacks: bool = False,
     progress: Callable[[int, int], None] | None = None,
     grammar: GrammarArg = None,
+    max_rollbacks: int = MAX_ROLLBACKS,
+    **generate_kwargs: object,
 ) -> GenerationResult:
     """Decode with rollback to a boundary whenever ``reject`` says no; every row on its own.
 
@@ -89,14 +105,21 @@ def backtracking_generate(
     ``None`` keeps the candidate; an int ``m`` rolls the row back to its last
     boundary ``<= m`` new tokens that has a snapshot in its ``capacity``-slot
     ring (declined, the row stays). Either way the candidate is dropped and
-    the next token is picked again with ``ban`` masked (a collection of ids or
-    a bool mask; default: the rejected token; ignored if it would leave no
-    token) and is not offered to ``reject``.
+    the next token is picked again with ``ban`` masked (token ids, or a bool
+    mask over the vocabulary; default: the rejected token; ignored if it
+    would leave no token) and is not offered to ``reject``. A row serves at
+    most ``max_rollbacks`` rollbacks; after that every rollback is declined
+    (``report.rollbacks_over_budget``), so a ``reject`` that refuses
+    everything still ends.
     Greedy unless a ``generator`` is given (then sampled). A row ends after
     ``max_new_tokens`` or an EOS (``eos_token_id``, default the model's);
-    shorter rows are padded. ``check_rollbacks`` re-decodes each kept prefix
-    from the prompt after a served rollback and counts logits that are not
-    bitwise equal in ``report.mismatches``.
+    shorter rows are padded. ``attention_mask`` may pad rows on the left, as
+    ``model.generate`` does: each row decodes as its unpadded tokens. As
+    ``model.generate(..., custom_generate=backtracking_generate)`` it takes
+    what ``generate`` prepares and refuses settings it cannot honour.
+    ``check_rollbacks`` re-decodes each kept prefix from the prompt after a
+    served rollback and counts logits that are not bitwise equal in
+    ``report.mismatches``.
 
     ``grammar``: a ``GrammarMatcher`` (batch 1) or one per row, fresh. Every
     pick is masked by the row's matcher; each kept token is accepted into it
@@ -107,22 +130,36 @@ def backtracking_generate(
     (``report.grammar_declined``) when the matcher cannot go back that far,
     and neither moves. A row also ends when its matcher terminates.
     """
-    max_new_tokens = check_non_negative_int("max_new_tokens", max_new_tokens)
-    capacity = check_non_negative_int("capacity", capacity)
-    if not callable(reject):
-        raise InvalidArgumentTypeError(f"'reject' must be callable, got {type(reject).__name__}")
-    boundary = as_predicate("is_boundary", is_boundary)
     vocab = text_vocab_size(model)
-    banned = _ban_mask(ban, vocab)
-    eos = eos_ids(model, eos_token_id)
-    prompts = prompt_rows(input_ids)
-    grammars = row_grammars(grammar, len(prompts), vocab)
+    generator = check_generator(generator, model)
+    passed = generate_args(
+        "backtracking_generate", generate_kwargs, sampled=generator is not None, model=model
+    )
+    prompts = read_prompts(input_ids, passed.attention_mask, passed.position_ids, vocab)
+    max_new_tokens = passed.max_new_tokens(max_new_tokens, len(prompts.given[0]))
+    # A ring never holds more boundaries than a row has positions: no slot past those is used.
+    slots = min(check_non_negative_int("capacity", capacity), max_new_tokens)
+    budget = check_non_negative_int("max_rollbacks", max_rollbacks)
+    check_callable("reject", reject)
+    check_callable("progress", progress, optional=True)
+    eos = eos_ids(eos_token_id, passed.eos_token_id, vocab)
+    pad = pad_id(pad_token_id, passed.pad_token_id, eos)
+    rules = _Rules(
+        max_new_tokens,
+        as_predicate("is_boundary", is_boundary, vocab),
+        reject,
+        ban_mask(ban, vocab),
+        eos,
+        generator,
+        check_flag("check_rollbacks", check_rollbacks),
+    )
+    grammars = row_grammars(grammar, len(prompts.rows), vocab)
     counts = _Counts()
-    total = len(prompts) * max_new_tokens
+    total = len(prompts.rows) * max_new_tokens
     done_before = 0
     outputs = []
-    for prompt, row_grammar in zip(prompts, grammars, strict=True):
-        row = _Row(_Stream(model, vocab, capacity), SsmDecodeRing(capacity), prompt)
+    for prompt, row_grammar in zip(prompts.rows, grammars, strict=True):
+        row = _Row(_Stream(model, vocab, slots), SsmDecodeRing(slots), prompt, budget=budget)
         row.grammar = row_grammar
         row.logits_after.append(row.stream.feed(prompt)[-1])
 
@@ -130,59 +167,37 @@ def backtracking_generate(
             if progress is not None:
                 progress(base + done, total)
 
-        _decode_row(
-            row,
-            max_new_tokens,
-            boundary,
-            reject,
-            banned,
-            eos,
-            generator,
-            counts,
-            check_rollbacks,
-            report_progress,
-        )
+        _decode_row(row, rules, counts, report_progress)
         done_before += max_new_tokens
         counts.tokens += len(row.output)
         counts.boundaries += len(row.boundaries)
         counts.forward_passes += row.stream.forward_passes
-        outputs.append(prompt + row.output)
-    pad = pad_id(model, eos, pad_token_id)
-    return GenerationResult(pad_rows(outputs, pad, torch.as_tensor(input_ids)), counts.freeze())
+        outputs.append(row.output)
+    return GenerationResult(sequences(prompts, outputs, pad), counts.freeze())
 
 
-def _decode_row(
-    row: _Row,
-    max_new_tokens: int,
-    boundary: Callable[[int], bool],
-    reject: RejectFn,
-    banned: torch.Tensor | None,
-    eos: frozenset[int],
-    generator: torch.Generator | None,
-    counts: _Counts,
-    check: bool,
-    progress: Callable[[int], None],
-) -> None:
+def _decode_row(row: _Row, rules: _Rules, counts: _Counts, progress: Callable[[int], None]) -> None:
     stream, output, grammar = row.stream, row.output, row.grammar
-    while len(output) < max_new_tokens and not (output and output[-1] in eos):
+    while len(output) < rules.max_new_tokens and not (output and output[-1] in rules.eos):
         if grammar is not None and grammar.is_done():
             break
-        token = pick(_scores(row), generator)
+        token = pick(_scores(row), rules.generator)
         rolled_back = False
-        limit = reject([*output, token])
+        limit = rules.reject([*output, token])
         if limit is not None:
+            limit = check_non_negative_int("reject()", limit)
             rolled_back = _roll_back(row, limit, counts)
             scores = _scores(row)
-            mask = banned
+            mask = rules.banned
             if mask is None:
                 mask = torch.zeros(scores.shape[-1], dtype=torch.bool)
                 mask[token] = True
             kept = scores.masked_fill(mask.to(scores.device), float("-inf"))
-            token = pick(kept if bool(torch.isfinite(kept).any()) else scores, generator)
+            token = pick(kept if bool(torch.isfinite(kept).any()) else scores, rules.generator)
         output.append(token)
         if grammar is not None:
             grammar.accept(token)
-        is_b = boundary(token)
+        is_b = rules.boundary(token)
         if is_b:
             row.boundaries.append(len(output))
         save = snapshot_boundary_if_ssm(
@@ -192,7 +207,7 @@ def _decode_row(
         row.logits_after.append(logits)
         if save is not None and stream.save(save, row.ring):
             counts.snapshots += 1
-        if rolled_back and check:
+        if rolled_back and rules.check:
             _check_against_fresh(row, logits, counts)
         progress(len(output))
 
@@ -207,9 +222,13 @@ def _roll_back(row: _Row, limit: int, counts: _Counts) -> bool:
     """Roll the row (and its matcher) back to its last boundary with a snapshot at most
     ``limit`` long."""
     output, stream = row.output, row.stream
-    limit = min(check_non_negative_int("reject()", limit), len(output))
+    limit = min(limit, len(output))
     if not output:
         counts.rollbacks_declined += 1
+        return False
+    if row.budget <= 0:  # spent: decline, so a reject that refuses everything still ends
+        counts.rollbacks_declined += 1
+        counts.rollbacks_over_budget += 1
         return False
     started = time.perf_counter()
     plan = _transact(
@@ -232,6 +251,7 @@ def _roll_back(row: _Row, limit: int, counts: _Counts) -> bool:
     del row.boundaries[row.boundaries.index(plan.keep_len) + 1 :]
     counts.rollbacks_served += 1
     counts.tokens_regenerated += plan.tokens_dropped
+    row.budget -= 1
     return True
 
 

@@ -9,108 +9,42 @@ replay that rejections in a row made wider than four verify steps gets a
 forward pass of its own, so that forward passes stay bounded.)
 An attention-only cache is cropped to the accepted tokens and replays
 nothing. That is the replay form of ``commit_verified``'s plan, which also places boundary
-snapshots when a ring is asked for.
+snapshots when a ring is asked for. Every argument is checked before the first forward pass
+(``arguments``, ``prompts``, ``generate_args``), and a model (or assistant) whose own
+multi-token cached forward fails is refused then (``probe``); drafters are in ``drafting``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import final
 
 import attrs
 import torch
 
 from ... import SsmDecodeRing
-from ..._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int
+from ..._errors import InvalidArgumentError, check_non_negative_int
 from ...rollback import commit_verified
-from .decoding import GenerationResult, _Counts, pad_id, pad_rows, pick, prompt_rows
-from .stream import TokenPredicate, _Stream, as_predicate, eos_ids, text_vocab_size
+from .arguments import (
+    TokenPredicate,
+    as_predicate,
+    check_generator,
+    eos_ids,
+    pad_id,
+    text_vocab_size,
+)
+from .decoding import GenerationResult, _Counts, pick
+from .drafting import DraftFn, Proposal, drafter
+from .generate_args import generate_args
+from .probe import check_multi_token_forward
+from .prompts import Prompts, read_prompts, sequences
+from .stream import _Stream
 
-__all__ = ["DraftFn", "speculative_generate"]
-
-#: A drafter: ``draft(tokens, k)`` proposes up to ``k`` token ids to follow ``tokens``.
-DraftFn = Callable[[list[int], int], Sequence[int]]
+__all__ = ["speculative_generate"]
 
 #: A replay wider than this many verify steps is fed in a forward pass of its own. A wider
 #: forward pass costs little more than a narrow one (CPU: 9 tokens 1.05x of 5; GPU: width is
 #: nearly free), while an extra pass costs a whole one: fold a few rejected steps, not all.
 _REPLAY_STEPS = 4
-
-#: Drafts and, for a sampling assistant, the distribution each was drawn from.
-_Proposal = tuple[list[int], list[torch.Tensor] | None]
-
-
-def prompt_lookup(tokens: Sequence[int], k: int, max_ngram: int = 2) -> list[int]:
-    """Up to ``k`` tokens that followed the earliest earlier match of the last n-gram.
-
-    The rule of ``transformers``' prompt lookup: longest n-gram first
-    (``max_ngram`` down to 1), earliest match first, over prompt and output.
-    """
-    length = len(tokens)
-    for n in range(min(max_ngram, length - 1), 0, -1):
-        pattern = list(tokens[length - n :])
-        for start in range(length - n):
-            if list(tokens[start : start + n]) == pattern:
-                follow = list(tokens[start + n : start + n + k])
-                if follow:
-                    return follow
-    return []
-
-
-@final
-class _Assistant:
-    """Drafts from a smaller causal LM with a cache of its own, rewound as the target's is."""
-
-    def __init__(self, model: torch.nn.Module, vocab: int) -> None:
-        self._stream = _Stream(model, vocab, 0)
-        self.forward_passes = 0
-
-    def propose(self, tokens: list[int], k: int, generator: torch.Generator | None) -> _Proposal:
-        stream = self._stream
-        held = stream.fed + stream.queued
-        common = next(
-            (i for i, (a, b) in enumerate(zip(held, tokens, strict=False)) if a != b), None
-        )
-        if common is None:
-            common = min(len(held), len(tokens))
-        if common < len(held):
-            stream.rewind(common)  # its last drafts were rejected, or differ from the output
-        logits = stream.feed(tokens[len(stream.fed) + len(stream.queued) :])[-1]
-        stream.checkpoint()
-        drafts: list[int] = []
-        dists: list[torch.Tensor] = []
-        while len(drafts) < k:
-            if generator is not None:
-                dists.append(torch.softmax(logits.float(), -1))
-            drafts.append(pick(logits, generator))
-            if len(drafts) < k:
-                logits = stream.feed([drafts[-1]])[-1]
-        self.forward_passes = stream.forward_passes
-        return drafts, (dists if generator is not None else None)
-
-
-def _drafter(
-    draft: str | DraftFn | torch.nn.Module, vocab: int
-) -> Callable[[list[int], int, torch.Generator | None], _Proposal]:
-    if isinstance(draft, torch.nn.Module):
-        return _Assistant(draft, vocab).propose
-    if draft == "prompt_lookup":
-        return lambda tokens, k, _: (prompt_lookup(tokens, k), None)
-    if isinstance(draft, str) or not callable(draft):
-        raise InvalidArgumentTypeError(
-            f"'draft' must be 'prompt_lookup', a causal LM or a function (tokens, k) -> ids, "
-            f"got {draft!r}"
-        )
-    user = draft
-
-    def call(tokens: list[int], k: int, _: torch.Generator | None) -> _Proposal:
-        proposed = [int(t) for t in user(list(tokens), k)][:k]
-        bad = [t for t in proposed if not 0 <= t < vocab]
-        if bad:
-            raise InvalidArgumentError(f"'draft' must propose ids below {vocab}, got {bad}")
-        return proposed, None
-
-    return call
 
 
 def _accept(
@@ -160,7 +94,7 @@ def speculative_generate(
     model: torch.nn.Module,
     input_ids: torch.Tensor,
     *,
-    max_new_tokens: int,
+    max_new_tokens: int | None = None,
     draft: str | DraftFn | torch.nn.Module = "prompt_lookup",
     num_draft_tokens: int = 4,
     generator: torch.Generator | None = None,
@@ -178,31 +112,53 @@ def speculative_generate(
     tokens are sampled and drafts accepted by the standard rule. With
     ``is_boundary`` and ``capacity`` > 0, boundary tokens get snapshots in a
     ring as ``backtracking_generate``'s do. As ``model.generate(...,
-    custom_generate=speculative_generate)`` the arguments ``generate``
-    prepares are taken; logits processors other than none are refused.
+    custom_generate=speculative_generate)`` it takes what ``generate``
+    prepares and refuses settings it cannot honour (logits processors, beam
+    search, an ``attention_mask`` with padding: one unpadded row only). A
+    model whose own multi-token cached forward pass fails is refused up front.
     """
-    max_new_tokens = check_non_negative_int("max_new_tokens", max_new_tokens)
-    k_max = check_non_negative_int("num_draft_tokens", num_draft_tokens)
-    capacity = check_non_negative_int("capacity", capacity)
-    processors = generate_kwargs.get("logits_processor")
-    if isinstance(processors, Sequence) and len(processors):
-        raise InvalidArgumentError(
-            f"speculative_generate applies no logits processors, got {len(processors)} "
-            f"(from generation settings such as temperature or repetition_penalty)"
-        )
-    if eos_token_id is None:
-        eos_token_id = getattr(generate_kwargs.get("generation_config"), "eos_token_id", None)
-    (prompt,) = _one_row(input_ids)
     vocab = text_vocab_size(model)
-    eos = eos_ids(model, eos_token_id)
-    propose = _drafter(draft, vocab)
+    generator = check_generator(generator, model)
+    passed = generate_args(
+        "speculative_generate", generate_kwargs, sampled=generator is not None, model=model
+    )
+    prompts = read_prompts(input_ids, passed.attention_mask, passed.position_ids, vocab)
+    prompt = _one_row(prompts)
+    max_new_tokens = passed.max_new_tokens(max_new_tokens, len(prompt))
+    k_max = check_non_negative_int("num_draft_tokens", num_draft_tokens)
+    # A ring never holds more boundaries than the output has positions (one past the cut).
+    slots = min(check_non_negative_int("capacity", capacity), max_new_tokens + 1)
+    eos = eos_ids(eos_token_id, passed.eos_token_id, vocab)
+    pad = pad_id(pad_token_id, passed.pad_token_id, eos)
     boundaries = (
-        _Boundaries(SsmDecodeRing(capacity), as_predicate("is_boundary", is_boundary))
+        _Boundaries(SsmDecodeRing(slots), as_predicate("is_boundary", is_boundary, vocab))
         if is_boundary is not None
         else None
     )
-    target = _Stream(model, vocab, capacity)
+    verifies = k_max > 0 and max_new_tokens > 1  # else every forward pass is one token
+    propose = drafter(draft, vocab, verifies)
+    if verifies:
+        check_multi_token_forward("model", model, vocab)
     counts = _Counts()
+    target = _Stream(model, vocab, slots)
+    new = _decode(
+        target, prompt, max_new_tokens, k_max, propose, boundaries, generator, eos, counts
+    )
+    return GenerationResult(sequences(prompts, [new], pad), counts.freeze())
+
+
+def _decode(
+    target: _Stream,
+    prompt: list[int],
+    max_new_tokens: int,
+    k_max: int,
+    propose: Callable[[list[int], int, torch.Generator | None], Proposal],
+    boundaries: _Boundaries | None,
+    generator: torch.Generator | None,
+    eos: frozenset[int],
+    counts: _Counts,
+) -> list[int]:
+    """The row's new tokens, decoded through ``target``; what happened counted in ``counts``."""
     new = [pick(target.feed(prompt)[-1], generator)] if max_new_tokens else []
     while new and len(new) < max_new_tokens and new[-1] not in eos:
         k = min(k_max, max_new_tokens - len(new))
@@ -225,17 +181,23 @@ def speculative_generate(
     new = _cut(new[:max_new_tokens], eos)
     counts.tokens = len(new)
     counts.forward_passes = target.forward_passes
-    sequences = pad_rows([prompt + new], pad_id(model, eos, pad_token_id), input_ids)
-    return GenerationResult(sequences, counts.freeze())
+    return new
 
 
-def _one_row(input_ids: torch.Tensor) -> list[list[int]]:
-    rows = prompt_rows(input_ids)
-    if len(rows) != 1:
+def _one_row(prompts: Prompts) -> list[int]:
+    if len(prompts.rows) != 1:
         raise InvalidArgumentError(
-            f"'input_ids' must hold one row (speculative_generate decodes batch 1), got {len(rows)}"
+            f"'input_ids' must hold one row (speculative_generate decodes batch 1), "
+            f"got {len(prompts.rows)}"
         )
-    return rows
+    if prompts.padded:
+        raise InvalidArgumentError(
+            f"'attention_mask' must be all ones: speculative_generate decodes one unpadded row "
+            f"(pass the row without its padding), got {prompts.padded} padded positions; "
+            f"model.generate derives a mask from pad_token_id when none is given: pass "
+            f"attention_mask=torch.ones_like(input_ids) if that id is a real token of the prompt"
+        )
+    return prompts.rows[0]
 
 
 def _cut(tokens: list[int], eos: frozenset[int]) -> list[int]:

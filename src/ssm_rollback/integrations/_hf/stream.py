@@ -13,59 +13,20 @@ forward pass shorter than the Mamba2 scan's chunk scans only its own tokens
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import final
 
 import torch
 from transformers.cache_utils import Cache, LinearAttentionCacheLayerMixin
 
 from ... import SsmDecodeRing, SsmSnapshotRestore, SsmSnapshotSave
-from ..._errors import InvalidArgumentError, InvalidArgumentTypeError
+from ..._errors import InvalidArgumentError
 from ...pool import apply_effects
 from .cache_pool import HybridCacheSnapshotPool
 from .crop import plan_crop_attention
 from .scan_chunks import ScanChunks
 
-__all__ = ["TokenPredicate", "as_predicate", "eos_ids", "text_vocab_size"]
-
-#: A boundary predicate: a function of one token id, or the set of boundary ids.
-TokenPredicate = Callable[[int], bool] | Iterable[int]
-
-
-def as_predicate(name: str, value: TokenPredicate) -> Callable[[int], bool]:
-    """``value`` as a function of a token id (a collection of ids becomes membership)."""
-    if callable(value):
-        return value
-    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
-        raise InvalidArgumentTypeError(
-            f"'{name}' must be a function of a token id or a collection of token ids, "
-            f"got {type(value).__name__}"
-        )
-    ids = frozenset(int(v) for v in value)
-    return ids.__contains__
-
-
-def text_vocab_size(model: torch.nn.Module) -> int:
-    """The vocabulary the embedding has; a padded LM head may score ids beyond it."""
-    config = getattr(model, "config", None)
-    if config is None or not hasattr(config, "get_text_config"):
-        raise InvalidArgumentTypeError(
-            f"'model' must be a transformers causal LM with a config, got {type(model).__name__}"
-        )
-    vocab: int = config.get_text_config(decoder=True).vocab_size
-    return vocab
-
-
-def eos_ids(model: torch.nn.Module, eos_token_id: int | Sequence[int] | None) -> frozenset[int]:
-    """The ids that end a row: ``eos_token_id``, or the model's generation config's when None."""
-    if eos_token_id is None:
-        generation_config = getattr(model, "generation_config", None)
-        eos_token_id = getattr(generation_config, "eos_token_id", None)
-        if eos_token_id is None:
-            return frozenset()
-    if isinstance(eos_token_id, int):
-        return frozenset({eos_token_id})
-    return frozenset(int(t) for t in eos_token_id)
+__all__: list[str] = []
 
 
 def _has_recurrent_state(cache: Cache) -> bool:
