@@ -151,6 +151,8 @@ def test_branching_samples_each_prompt_and_keeps_a_beam() -> None:
         ({"regenerate_rate": 1.0}, "'regenerate_rate'"),
         ({"edit_rate": -0.1}, "'edit_rate'"),
         ({"turns": 0.5}, "'turns'"),
+        ({"turns": float("inf")}, "'turns'"),
+        ({"turns": float("nan")}, "'turns'"),
         ({"workload": "batch"}, "'workload'"),
         ({"user_tokens": 2.5}, "'user_tokens'"),
     ],

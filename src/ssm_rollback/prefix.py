@@ -128,9 +128,10 @@ def vllm_align(
     ``vllm/v1/core/sched/scheduler.py``; ``CacheConfig.mamba_cache_mode`` in
     ``vllm/config/cache.py``: "only cache the mamba state of the last token
     of each scheduler step and when the token is at position i *
-    block_size"). A prompt within one step's budget thus keeps one state, at
-    its last block boundary - often inside request-unique tokens (vLLM
-    #45238; RFC #55697 asks for application-chosen positions instead).
+    block_size"; vLLM 0.16 and later, align mode since PR #30877). A prompt
+    within one step's budget thus keeps one state, at its last block
+    boundary - often inside request-unique tokens (vLLM #45238; RFC #55697
+    asks for application-chosen positions instead).
     During decode, vLLM also keeps the state at each block boundary the
     output crosses (PR #30877), the prompt end included when it is one.
     """
@@ -163,7 +164,7 @@ def sglang(
     ``chunked=True`` in ``python/sglang/srt/mem_cache/mamba_radix_cache.py``);
     after the prefill it caches the state at the prompt end, and when the
     request finishes the state after everything fed, ``length + output - 1``
-    (``cache_finished_req``). Neither end helps a regenerated prompt, whose
+    (``cache_finished_req``; SGLang 0.5). Neither end helps a regenerated prompt, whose
     longest reusable prefix is ``length - 1`` (SGLang #21158).
     """
     length = check_non_negative_int("length", length)
@@ -216,10 +217,11 @@ def llamacpp(length: int, *, start: int = 0, tail: int = LLAMACPP_TAIL) -> tuple
     The server stops the prompt batch ``tail`` (64) tokens before the end, so
     that a checkpoint of the state there is taken before the last batch runs,
     when the state holds more than 64 tokens (``update_slots`` in
-    ``tools/server/server-context.cpp``); a slot keeps up to 32
-    (``--ctx-checkpoints``), a retention rule the shared index replaces
-    here. When the hit already reaches past that point, no checkpoint is new.
-    Nothing is placed during decode.
+    ``tools/server/server-context.cpp``, the server of the builds with
+    ``--ctx-checkpoints``); a slot keeps up to 32 (that flag's default), a
+    retention rule the shared index replaces here. When the hit already
+    reaches past that point, no checkpoint is new. Nothing is placed during
+    decode.
     """
     length = check_non_negative_int("length", length)
     start = _start(start, length)

@@ -138,8 +138,9 @@ class TraceParams:
 
     @turns.validator
     def _turns(self, _: attrs.Attribute[float], value: float) -> None:
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 1:
-            raise InvalidArgumentError(f"'turns' must be a number >= 1, got {value!r}")
+        finite = isinstance(value, int | float) and not isinstance(value, bool)
+        if not finite or not 1 <= value < math.inf:  # inf: sessions that never end
+            raise InvalidArgumentError(f"'turns' must be a finite number >= 1, got {value!r}")
 
     @classmethod
     def default(cls, workload: str, *, requests: int | None = None, seed: int = 0) -> TraceParams:
