@@ -1,0 +1,34 @@
+"""Prefix-snapshot placement simulation (SPEC 13): which rule computes the least prefill.
+
+Synthetic ``chat``, ``agentic`` and ``branching`` traces (``_trace``) are
+replayed through ``PrefixSnapshotIndex`` under the application's rule and the
+engines' fixed rules at equal shared slots, beside the oracle (``_replay``,
+``_rules``); ``simulate(SimulationOptions(...))`` returns a report with a text
+form and plot data (``_report``). A command line builds the options and
+prints ``report.render()``.
+"""
+
+from __future__ import annotations
+
+from ._replay import RuleResult
+from ._report import SimulationOptions, SimulationReport, plot, simulate
+from ._rules import RULES, EngineSettings, RuleName
+from ._trace import WORKLOADS, Request, RequestKind, Segment, TraceParams, Workload, generate
+
+__all__ = [
+    "RULES",
+    "WORKLOADS",
+    "EngineSettings",
+    "Request",
+    "RequestKind",
+    "RuleName",
+    "RuleResult",
+    "Segment",
+    "SimulationOptions",
+    "SimulationReport",
+    "TraceParams",
+    "Workload",
+    "generate",
+    "plot",
+    "simulate",
+]

@@ -1,0 +1,174 @@
+"""Replay a trace under one placement rule, using the index exactly as a scheduler would.
+
+Per request: ``match`` (pure) tells where the prefill will start, the rule
+says which positions to share, ``plan_prefill`` decides, the prefill runs
+(restore the hit, feed each chunk, apply its save), ``release`` unpins, and
+decoding ``publish``-es the rule's decode positions. Requests run one after
+another (one per scheduler step), the conservative case for the engine
+rules' step-end placement.
+
+Exactness is checked on a stand-in pool: the SSM state after a prefix is
+simulated as that prefix's token tuple. A save stores the state the
+simulated engine holds at that moment (restored state plus what it fed
+since); a restore copies only when the slot holds the restore's exact
+ticket, and must give exactly the state a fresh computation of the
+restored prefix gives. Anything else counts as a mismatch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import attrs
+
+from ... import PrefixSnapshotIndex, SsmPrefixRestore, SsmPrefixSave
+from ...prefix import Eviction
+from ._oracle import PrefixSet
+from ._rules import EngineSettings, RuleName
+from ._trace import Request
+
+__all__ = ["RuleResult", "replay", "replay_oracle"]
+
+Progress = Callable[[int], None]
+
+
+@attrs.frozen(kw_only=True)
+class RuleResult:
+    """What one rule did with a trace: prefill computed, hits, and the index's counters."""
+
+    rule: str
+    #: ``None`` for the oracle (every position kept, unlimited slots).
+    eviction: Eviction | None
+    slots: int | None
+    requests: int
+    prompt_tokens: int
+    prefill_tokens: int
+    hits: int
+    tokens_reused: int
+    published: int = 0
+    evicted: int = 0
+    declined: int = 0
+    mismatches: int = 0
+
+    @property
+    def label(self) -> str:
+        """``rule/eviction``, or ``oracle``."""
+        return self.rule if self.eviction is None else f"{self.rule}/{self.eviction}"
+
+    @property
+    def hit_rate(self) -> float:
+        """Requests that reused a prefix, over all requests."""
+        return self.hits / self.requests if self.requests else 0.0
+
+
+class _StandInPool:
+    """Shared slots holding ``(ticket, state)``; a restore of another ticket is refused."""
+
+    def __init__(self) -> None:
+        self.slots: dict[int, tuple[int, tuple[int, ...]]] = {}
+
+    def save(self, save: SsmPrefixSave, state: tuple[int, ...]) -> None:
+        self.slots[save.slot] = (save.ticket, state)
+
+    def restore(self, restore: SsmPrefixRestore) -> tuple[int, ...] | None:
+        held = self.slots.get(restore.slot)
+        return held[1] if held is not None and held[0] == restore.ticket else None
+
+
+@attrs.define
+class _Live:
+    """A row's simulated live state: ``base`` restored, then ``tokens[start:]`` fed on top."""
+
+    tokens: list[int]
+    start: int
+    base: tuple[int, ...]
+    exact: bool
+
+    def at(self, length: int) -> tuple[int, ...]:
+        """The state once the row has fed up to ``length``."""
+        if self.exact:  # the restore was checked: base == tokens[:start]
+            return tuple(self.tokens[:length])
+        return self.base + tuple(self.tokens[self.start : length])
+
+
+def replay(
+    trace: Sequence[Request],
+    rule: RuleName,
+    *,
+    slots: int,
+    eviction: Eviction,
+    engines: EngineSettings,
+    progress: Progress | None = None,
+) -> RuleResult:
+    """Run ``trace`` under ``rule`` with ``slots`` shared slots evicting by ``eviction``."""
+    index = PrefixSnapshotIndex(slots, eviction=eviction)
+    pool = _StandInPool()
+    prompt_tokens = prefill_tokens = mismatches = 0
+    for done, request in enumerate(trace, start=1):
+        tokens = request.tokens()
+        length = len(tokens)
+        found = index.match(tokens)
+        start = 0 if found is None else found.length
+        at = engines.prefill(rule, length, start, request.message_ends())
+        plan = index.plan_prefill(0, tokens, publish_at=at)
+        full = tokens + list(request.output)
+        live = _Live(full, plan.start, (), True)
+        if plan.hit is not None:
+            restored = pool.restore(plan.hit.restore)
+            if restored is None or restored != tuple(tokens[: plan.start]):
+                mismatches += 1
+                live = _Live(full, plan.start, restored or (), False)
+        for chunk in plan.chunks:  # fed up to chunk.end: now its save
+            if chunk.save is not None:
+                pool.save(chunk.save, live.at(chunk.end))
+        index.release(plan)
+        prompt_tokens += length
+        prefill_tokens += length - plan.start
+        for position in engines.decode(rule, length, len(full)):
+            save = index.publish(0, full, position)
+            if save is not None:
+                pool.save(save, live.at(position))
+        if progress is not None and done % 256 == 0:
+            progress(done)
+    stats = index.stats
+    return RuleResult(
+        rule=rule,
+        eviction=eviction,
+        slots=slots,
+        requests=len(trace),
+        prompt_tokens=prompt_tokens,
+        prefill_tokens=prefill_tokens,
+        hits=stats.hits,
+        tokens_reused=stats.tokens_reused,
+        published=stats.published,
+        evicted=stats.evicted,
+        declined=stats.declined,
+        mismatches=mismatches,
+    )
+
+
+def replay_oracle(trace: Sequence[Request], progress: Progress | None = None) -> RuleResult:
+    """The least any placement can compute: reuse the longest prefix any earlier request fed."""
+    seen = PrefixSet()
+    prompt_tokens = prefill_tokens = hits = reused = 0
+    for done, request in enumerate(trace, start=1):
+        tokens = request.tokens()
+        length = len(tokens)
+        start = seen.longest(tokens, length - 1)
+        hits += start > 0
+        reused += start
+        prompt_tokens += length
+        prefill_tokens += length - start
+        seen.add(tokens + list(request.output[:-1]))  # the last output token is never fed
+        if progress is not None and done % 256 == 0:
+            progress(done)
+    return RuleResult(
+        rule="oracle",
+        eviction=None,
+        slots=None,
+        requests=len(trace),
+        prompt_tokens=prompt_tokens,
+        prefill_tokens=prefill_tokens,
+        hits=hits,
+        tokens_reused=reused,
+    )

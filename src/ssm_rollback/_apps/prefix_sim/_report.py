@@ -1,0 +1,214 @@
+"""The simulation's entry point and what it returns: options in, a report out.
+
+``simulate(options)`` generates the trace, replays it under every rule and
+eviction policy at every shared-slot count, plus the oracle, and returns a
+``SimulationReport``: ``render()`` for a person, ``to_dict()`` for JSON,
+``series()`` for a plot, which ``plot(report, path)`` draws (matplotlib is
+imported only there).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import attrs
+
+from ..._errors import InvalidArgumentError
+from ...prefix import EVICTIONS, Eviction
+from ._replay import RuleResult, replay, replay_oracle
+from ._rules import RULES, EngineSettings, RuleName
+from ._trace import TraceParams, generate
+
+__all__ = ["SimulationOptions", "SimulationReport", "plot", "simulate"]
+
+#: ``progress(done, total)``: requests replayed so far, over all runs.
+Progress = Callable[[int, int], None]
+
+
+def _names(name: str, value: object, allowed: tuple[str, ...]) -> None:
+    if (
+        not isinstance(value, tuple)
+        or not value
+        or any(item not in allowed for item in value)
+        or len(set(value)) != len(value)
+    ):
+        raise InvalidArgumentError(
+            f"'{name}' must be a tuple of distinct names from {', '.join(allowed)}, got {value!r}"
+        )
+
+
+@attrs.frozen(kw_only=True)
+class SimulationOptions:
+    """What to simulate: the trace, the shared-slot counts, the rules, evictions and settings."""
+
+    params: TraceParams
+    slots: tuple[int, ...] = (16, 64, 256)
+    rules: tuple[RuleName, ...] = RULES
+    evictions: tuple[Eviction, ...] = EVICTIONS
+    engines: EngineSettings = attrs.field(factory=EngineSettings)
+
+    def __attrs_post_init__(self) -> None:
+        if not isinstance(self.params, TraceParams):
+            raise InvalidArgumentError(f"'params' must be a TraceParams, got {self.params!r}")
+        slots: object = self.slots
+        if (
+            not isinstance(slots, tuple)
+            or not slots
+            or any(type(n) is not int or n < 0 for n in slots)
+            or len(set(slots)) != len(slots)
+        ):
+            raise InvalidArgumentError(
+                f"'slots' must be a tuple of distinct ints >= 0, got {slots!r}"
+            )
+        _names("rules", self.rules, RULES)
+        _names("evictions", self.evictions, EVICTIONS)
+        if not isinstance(self.engines, EngineSettings):
+            raise InvalidArgumentError(f"'engines' must be an EngineSettings, got {self.engines!r}")
+
+
+@attrs.frozen(kw_only=True)
+class SimulationReport:
+    """Every rule's result at every slot count, the oracle's, and what produced them."""
+
+    params: TraceParams
+    engines: EngineSettings
+    #: How many requests of each kind the trace holds (first, turn, regenerate, ...).
+    kinds: tuple[tuple[str, int], ...]
+    oracle: RuleResult
+    results: tuple[RuleResult, ...]
+
+    def at(self, slots: int) -> tuple[RuleResult, ...]:
+        """The results at ``slots`` shared slots."""
+        return tuple(r for r in self.results if r.slots == slots)
+
+    def series(self) -> dict[str, list[tuple[int, int]]]:
+        """Plot data: for each ``rule/eviction``, ``(slots, prefill tokens)`` by slot count."""
+        lines: dict[str, list[tuple[int, int]]] = {}
+        for r in self.results:
+            assert r.slots is not None
+            lines.setdefault(r.label, []).append((r.slots, r.prefill_tokens))
+        return {label: sorted(points) for label, points in lines.items()}
+
+    def to_dict(self) -> dict[str, object]:
+        """The whole report as JSON-ready values."""
+        return {
+            "params": attrs.asdict(self.params),
+            "engines": attrs.asdict(self.engines),
+            "kinds": dict(self.kinds),
+            "oracle": _row(self.oracle),
+            "results": [_row(r) for r in self.results],
+        }
+
+    def render(self) -> str:
+        """Parameters, then one table per slot count: prefill computed per rule vs the oracle."""
+        o = self.oracle
+        lines = [
+            f"workload {self.params.workload}: {o.requests:,} requests, "
+            + ", ".join(f"{n:,} {kind}" for kind, n in self.kinds),
+            "trace parameters:",
+            *(f"  {line}" for line in self.params.describe().splitlines()),
+            "engine settings:",
+            *(f"  {line}" for line in self.engines.describe().splitlines()),
+            f"prompt tokens (no reuse): {o.prompt_tokens:,}",
+            f"oracle (every position kept, unlimited slots): {o.prefill_tokens:,} prefill tokens, "
+            f"hit rate {100 * o.hit_rate:.1f}%",
+        ]
+        header = (
+            f"{'rule':<20} {'prefill tokens':>14} {'x oracle':>8} {'hit %':>6} "
+            f"{'reused':>12} {'evicted':>8} {'declined':>8} {'mismatch':>8}"
+        )
+        for slots in sorted({r.slots for r in self.results if r.slots is not None}):
+            lines += ["", f"{slots} shared slots:", header]
+            for r in sorted(self.at(slots), key=lambda r: r.prefill_tokens):
+                ratio = r.prefill_tokens / o.prefill_tokens if o.prefill_tokens else 1.0
+                lines.append(
+                    f"{r.label:<20} {r.prefill_tokens:>14,} {ratio:>8.2f} "
+                    f"{100 * r.hit_rate:>6.1f} {r.tokens_reused:>12,} {r.evicted:>8,} "
+                    f"{r.declined:>8,} {r.mismatches:>8,}"
+                )
+        return "\n".join(lines)
+
+
+def _row(r: RuleResult) -> dict[str, object]:
+    return {**attrs.asdict(r), "label": r.label, "hit_rate": r.hit_rate}
+
+
+def simulate(options: SimulationOptions, progress: Progress | None = None) -> SimulationReport:
+    """The trace, replayed under every rule, eviction and slot count, and by the oracle."""
+    if not isinstance(options, SimulationOptions):
+        raise InvalidArgumentError(f"'options' must be a SimulationOptions, got {options!r}")
+    trace = generate(options.params)
+    runs = [
+        (slots, rule, eviction)
+        for slots in options.slots
+        for rule in options.rules
+        for eviction in options.evictions
+    ]
+    total = len(trace) * (len(runs) + 1)
+
+    def report(base: int) -> Callable[[int], None] | None:
+        if progress is None:
+            return None
+        return lambda done: progress(base + done, total)
+
+    oracle = replay_oracle(trace, report(0))
+    results = []
+    for i, (slots, rule, eviction) in enumerate(runs, start=1):
+        results.append(
+            replay(
+                trace,
+                rule,
+                slots=slots,
+                eviction=eviction,
+                engines=options.engines,
+                progress=report(i * len(trace)),
+            )
+        )
+    if progress is not None:
+        progress(total, total)
+    kinds = Counter(request.kind for request in trace)
+    return SimulationReport(
+        params=options.params,
+        engines=options.engines,
+        kinds=tuple(kinds.most_common()),
+        oracle=oracle,
+        results=tuple(results),
+    )
+
+
+def plot(report: SimulationReport, path: str | Path) -> None:
+    """Draw prefill tokens computed per rule against shared slots, the oracle dashed, as a PNG.
+
+    Needs matplotlib (``pip install 'ssm-rollback[plot]'``).
+    """
+    try:
+        import matplotlib
+    except ImportError:
+        raise InvalidArgumentError(
+            "plotting needs matplotlib: pip install 'ssm-rollback[plot]'"
+        ) from None
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    figure, axis = pyplot.subplots(figsize=(8, 4.5))
+    for label, points in report.series().items():
+        slots, tokens = zip(*points, strict=True)
+        axis.plot(slots, [t / 1e6 for t in tokens], "o-", label=label)
+    axis.axhline(report.oracle.prefill_tokens / 1e6, color="black", linestyle="--", label="oracle")
+    axis.set_xscale("log", base=2)
+    axis.set_xlabel("shared slots (equal for every rule)")
+    axis.set_ylabel("prefill tokens computed (millions)")
+    axis.set_title(f"{report.params.workload}: prefill computed per placement rule")
+    axis.legend(fontsize="small", ncol=2)
+    figure.tight_layout()
+    try:
+        # format="png" whatever the suffix: an unknown suffix would fail after the whole run.
+        figure.savefig(path, dpi=100, format="png")
+    except OSError as error:
+        raise InvalidArgumentError(
+            f"'path': cannot write {str(path)!r}: {error.strerror}"
+        ) from None
+    finally:
+        pyplot.close(figure)
