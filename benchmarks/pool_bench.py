@@ -56,13 +56,13 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
-from functools import partial
 
 import torch
 
 from _baseline import TODAY, Baseline, Library, baseline_package
 from ssm_rollback import (
     SaveBatch,
+    SnapshotPool,
     SsmDecodeRing,
     SsmSnapshotRestore,
     SsmSnapshotSave,
@@ -119,6 +119,39 @@ def per_sequence_loop(
     return run
 
 
+class Alternating:
+    """A step's saves and restores for ``rows``, in two versions whose tickets differ.
+
+    A pool refuses a save whose ticket its slot already holds (a step applied
+    twice), so each timed save writes the other version's tickets; each
+    restore names what the last save wrote.
+    """
+
+    def __init__(
+        self,
+        pool: SnapshotPool,
+        rows: list[int],
+        save: type[SsmSnapshotSave] = SsmSnapshotSave,
+        restore: type[SsmSnapshotRestore] = SsmSnapshotRestore,
+    ) -> None:
+        self.pool = pool
+        self.versions = [
+            (
+                [save(seq, seq % SLOTS, 1, seq + 1 + offset) for seq in rows],
+                [restore(seq, seq % SLOTS, 1, seq + 1 + offset) for seq in rows],
+            )
+            for offset in (0, 1 << 40)
+        ]
+        self.last = 1
+
+    def save(self) -> object:
+        self.last = 1 - self.last
+        return self.pool.save(self.versions[self.last][0])
+
+    def restore(self) -> None:
+        self.pool.restore(self.versions[self.last][1])
+
+
 def bench(batch: int, fraction: float, args: argparse.Namespace) -> dict[str, float]:
     """Medians for saving and restoring a random ``fraction`` of ``batch`` rows, shuffled."""
     batch_dim = 1 if args.layout == "stacked" else 0
@@ -128,8 +161,7 @@ def bench(batch: int, fraction: float, args: argparse.Namespace) -> dict[str, fl
     generator = torch.Generator().manual_seed(batch)
     count = max(1, round(batch * fraction))
     order = torch.randperm(batch, generator=generator)[:count].tolist()  # random rows, shuffled
-    saves = [SsmSnapshotSave(seq, seq % SLOTS, 1, seq + 1) for seq in order]
-    restores = [SsmSnapshotRestore(seq, seq % SLOTS, 1, seq + 1) for seq in order]
+    steps = Alternating(pool, order)
     pairs = [(seq, seq * SLOTS + seq % SLOTS) for seq in order]
     nbytes = count * sum(s.numel() * s.element_size() for s in live) // batch
     # Both buffers written before timing: every page is backed, none is the zero page.
@@ -137,9 +169,9 @@ def bench(batch: int, fraction: float, args: argparse.Namespace) -> dict[str, fl
     flat_dst = torch.ones_like(flat_src)
 
     runs: dict[str, Callable[[], object]] = {
-        "save_pool": lambda: pool.save(saves),
+        "save_pool": steps.save,
         "save_loop": per_sequence_loop(live, storage, pairs, batch_dim),
-        "restore_pool": lambda: pool.restore(restores),
+        "restore_pool": steps.restore,
         "restore_loop": per_sequence_loop(storage, live, [(d, s) for s, d in pairs], batch_dim),
         "contiguous": lambda: flat_dst.copy_(flat_src),
     }
@@ -177,13 +209,11 @@ def compare(
         order = torch.randperm(batch, generator=generator)[:count].tolist()
         runs: dict[str, Callable[[], object]] = {}
         for lib, pool in zip(libraries, pools, strict=True):
-            save, restore = lib.take(SsmSnapshotSave), lib.take(SsmSnapshotRestore)
-            runs[f"save {lib.label}"] = partial(
-                pool.save, [save(seq, seq % SLOTS, 1, seq + 1) for seq in order]
+            steps = Alternating(
+                pool, order, lib.take(SsmSnapshotSave), lib.take(SsmSnapshotRestore)
             )
-            runs[f"restore {lib.label}"] = partial(
-                pool.restore, [restore(seq, seq % SLOTS, 1, seq + 1) for seq in order]
-            )
+            runs[f"save {lib.label}"] = steps.save
+            runs[f"restore {lib.label}"] = steps.restore
         for run in runs.values():  # warm up; every slot then holds what the restores want
             run()
         names = list(runs)
