@@ -265,3 +265,28 @@ def test_a_pool_without_verify_buffers_gets_a_clear_error(
     ):
         apply_effects(pool, effects, [SsmDecodeRing(1)])
     assert pool.calls == []
+
+
+def test_only_a_batch_the_library_built_is_trusted_to_be_distinct() -> None:
+    """``SaveBatch.distinct`` skips rules 2-3 only for the library's own batches; a caller's
+    batch (or one rebuilt from its dict) with a row twice is refused, and equality ignores it."""
+    from ssm_rollback import InvalidArgumentError, SaveBatch, effect_from_dict, snapshot_boundaries
+    from ssm_rollback.backends.fake import FakeSnapshotPool
+
+    rings = [SsmDecodeRing(2) for _ in range(3)]
+    built = snapshot_boundaries(
+        rings, positions=[1, 1, 1], is_boundary=[True] * 3, in_thinking=[False] * 3
+    )
+    assert built.distinct
+    rebuilt = effect_from_dict(built.to_dict())
+    assert isinstance(rebuilt, SaveBatch)
+    assert not rebuilt.distinct
+    assert rebuilt == built
+    twice = SaveBatch([0, 0], [0, 1], [1, 2], [7, 8])
+    assert not twice.distinct
+    pool = FakeSnapshotPool(3, 2)
+    with pytest.raises(InvalidArgumentError, match="each row's state at most once"):
+        pool.save(twice)
+    assert pool.stored_ticket(0, 0) is None
+    pool.save(built)
+    assert [pool.stored_ticket(s, 0) for s in range(3)] == list(built.tickets)

@@ -87,4 +87,5 @@ def snapshot_boundaries(
     if kept is not None:  # some rows' rings are disabled: they recorded nothing
         chosen_rows = list(map(chosen_rows.__getitem__, kept))
         chosen_positions = list(map(chosen_positions.__getitem__, kept))
-    return SaveBatch._trusted(chosen_rows, slots, chosen_positions, tickets)
+    # Rows are distinct (checked above), so are their states and slots.
+    return SaveBatch._trusted(chosen_rows, slots, chosen_positions, tickets, distinct=True)

@@ -53,6 +53,9 @@ class SaveBatch:
     positions: tuple[int, ...]
     tickets: tuple[int, ...]
     sources: tuple[int, ...] | None
+    #: Each row's state and each slot at most once, as the library built it: a pool
+    #: need not look again (STYLE 12). ``False`` for a batch made from the caller's columns.
+    distinct: bool = attrs.field(default=False, eq=False, repr=False)
 
     kind: ClassVar[str] = "save_batch"
 
@@ -83,8 +86,14 @@ class SaveBatch:
         positions: Sequence[int],
         tickets: Sequence[int],
         sources: list[int] | None = None,
+        *,
+        distinct: bool = False,
     ) -> SaveBatch:
-        """A batch from columns the library built from values it already checked."""
+        """A batch from columns the library built from values it already checked.
+
+        ``distinct``: the builder guarantees each row's state (live, or one
+        intermediate index) and each slot at most once.
+        """
         batch = object.__new__(cls)
         batch.__attrs_init__(
             tuple(seqs),
@@ -92,6 +101,7 @@ class SaveBatch:
             tuple(positions),
             tuple(tickets),
             None if sources is None or set(sources) <= {LIVE} else tuple(sources),
+            distinct,
         )
         return batch
 

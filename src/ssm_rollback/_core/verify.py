@@ -287,6 +287,9 @@ def commit_verified_batch(
         [s.token_position for s in saves],
         [s.ticket for s in saves],
         [LIVE if s.source is None else s.source for s in saves],
+        # Rows are distinct; a row's saves read distinct intermediate states into the
+        # distinct slots of its ring's live entries.
+        distinct=True,
     )
     accepts = tuple(SsmStateAccept(plan.seq, plan.accepted) for plan in plans)
     return VerifyBatch(batch, accepts, plans)

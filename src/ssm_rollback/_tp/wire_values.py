@@ -106,4 +106,5 @@ def save_batch(
     _set(batch, "positions", positions)
     _set(batch, "tickets", tickets)
     _set(batch, "sources", None if sources is None else tuple(map(_UNSHIFTED, sources)))
+    _set(batch, "distinct", False)  # words from another rank: each pool checks them in full
     return batch

@@ -149,7 +149,10 @@ class BatchChecks:
             seqs, slots = [s.seq for s in saves], [s.slot for s in saves]
             positions, tickets = [s.token_position for s in saves], [s.ticket for s in saves]
             sources = [LIVE if s.source is None else s.source for s in saves]
-        return self.check_save_columns(seqs, slots, positions, tickets, sources, names, staged)
+        distinct = isinstance(saves, SaveBatch) and saves.distinct
+        return self.check_save_columns(
+            seqs, slots, positions, tickets, sources, names, staged, distinct=distinct
+        )
 
     def check_save_columns(
         self,
@@ -160,16 +163,26 @@ class BatchChecks:
         sources: list[int] | None,
         names: Names = SAVES,
         staged: Staged | None = None,
+        *,
+        distinct: bool = False,
     ) -> CheckedSaves:
-        """``check_saves`` over columns of ints >= 0 (``sources``: ``LIVE`` or an index)."""
+        """``check_saves`` over columns of ints >= 0 (``sources``: ``LIVE`` or an index).
+
+        ``distinct``: the columns come from one ``SaveBatch`` the library built,
+        which holds rules 2 and 3 by construction (``SaveBatch.distinct``).
+        """
         if sources is not None and max(sources, default=LIVE) == LIVE:
             sources = None
         flat = self._flat(seqs, slots)
-        if flat is None or not _distinct(seqs, slots, sources):
+        if flat is None or not (distinct or _distinct(seqs, slots, sources)):
             self._name_bad(seqs, slots, sources, names)
         if sources is not None and staged is not None:
             _check_staged("saves", seqs, sources, names, staged)
-        if any(map(eq, self._held_tickets(seqs, slots, flat), tickets)):
+        if (
+            tickets
+            and self._may_hold(tickets)
+            and any(map(eq, self._held_tickets(seqs, slots, flat), tickets))
+        ):
             _refuse_again(seqs, slots, tickets, self._held_tickets(seqs, slots, flat), names)
         return CheckedSaves(seqs, flat, positions, tickets, sources)
 
@@ -237,6 +250,10 @@ class BatchChecks:
     def _held_tickets(self, seqs: list[int], slots: list[int], flat: list[int]) -> list[int | None]:
         """The tickets the slots hold now (rule 6); a subclass may read only those."""
         return self._held(seqs, slots, flat)[1]
+
+    def _may_hold(self, tickets: list[int]) -> bool:
+        """Whether some slot could hold one of ``tickets`` (``False`` skips rule 6's lookups)."""
+        return True
 
     def _check_ids(self, seq_name: str, seq: int, slot_name: str | None, slot: int) -> None:
         """Rule 1, naming ``seq_name`` or ``slot_name`` (``None``: no slot to check)."""

@@ -164,8 +164,16 @@ def check_runs(
             if sources is not None and max(sources, default=LIVE) != LIVE:
                 k = next(k for k, source in enumerate(sources) if source != LIVE)
                 counts = staged(f"'{names.of(k)}' (a save from intermediate state {sources[k]})")
+            values = run.values()
             saves = checks.check_save_columns(
-                seqs, slots, positions, tickets, sources, names, counts
+                seqs,
+                slots,
+                positions,
+                tickets,
+                sources,
+                names,
+                counts,
+                distinct=isinstance(values, SaveBatch) and values.distinct,
             )
             _check_rings(saves.rows, rings, checks.num_sequences, names)
             if has_restores:

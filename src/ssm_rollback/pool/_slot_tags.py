@@ -46,6 +46,8 @@ class SlotTags(BatchChecks):
     _positions: list[int | None] = attrs.field(init=False)
     _tickets: list[int | None] = attrs.field(init=False)
     _slot_index: IndexTable = attrs.field(init=False)
+    # The largest ticket ever committed: no slot holds a larger one (rule 6's shortcut).
+    _newest_ticket: int = attrs.field(init=False, default=-1)
 
     def __attrs_post_init__(self) -> None:
         count = self._num_sequences * self._slots_per_sequence
@@ -107,6 +109,8 @@ class SlotTags(BatchChecks):
         for k in failed:
             i = flat[k]
             held_positions[i] = held_tickets[i] = None
+        if tickets:
+            self._newest_ticket = max(self._newest_ticket, max(tickets))
 
     def forget(self, flat: Sequence[int]) -> None:
         """Mark the slots at ``flat`` as holding nothing (a copy that raised half way)."""
@@ -122,6 +126,11 @@ class SlotTags(BatchChecks):
 
     def _held_tickets(self, seqs: list[int], slots: list[int], flat: list[int]) -> list[int | None]:
         return list(map(self._tickets.__getitem__, flat))
+
+    def _may_hold(self, tickets: list[int]) -> bool:
+        # A batch whose tickets are all newer than any committed (every step the
+        # library mints) cannot be one applied before: one C-speed min, no lookups.
+        return min(tickets) <= self._newest_ticket
 
 
 @final
