@@ -50,6 +50,8 @@ class Run:
     saves: list[SsmSnapshotSave | SaveBatch] = attrs.field(factory=list)
     restores: list[SsmSnapshotRestore] = attrs.field(factory=list)
     accepts: list[SsmStateAccept] = attrs.field(factory=list)
+    #: How many of ``saves`` are whole ``SaveBatch`` es (counted as they come, not rescanned).
+    batches: int = 0
 
     def names(self) -> Names:
         """Row ``k`` of the run as ``effects[i]``, or ``effects[i][j]`` inside a ``SaveBatch``."""
@@ -71,6 +73,19 @@ class Run:
             sources = None if batch.sources is None else list(batch.sources)
             rows, ids = list(batch.seqs), list(batch.slots)
             return rows, ids, list(batch.positions), list(batch.tickets), sources
+        if not self.batches:
+            # Single saves only: a comprehension per column, no appends.
+            saves = cast(list[SsmSnapshotSave], self.saves)
+            given = [s.source for s in saves]
+            columns = (
+                [s.seq for s in saves],
+                [s.slot for s in saves],
+                [s.token_position for s in saves],
+                [s.ticket for s in saves],
+            )
+            if given.count(None) == len(given):
+                return (*columns, None)
+            return (*columns, [LIVE if s is None else s for s in given])
         seqs: list[int] = []
         slots: list[int] = []
         positions: list[int] = []
@@ -95,7 +110,7 @@ class Run:
         """The save run as one value whose row ``k`` is row ``k`` of its columns, if it is one."""
         if len(self.saves) == 1 and isinstance(self.saves[0], SaveBatch):
             return self.saves[0]
-        if any(isinstance(piece, SaveBatch) for piece in self.saves):
+        if self.batches:
             return None
         return cast(list[SsmSnapshotSave], self.saves)
 
@@ -116,21 +131,29 @@ def runs_of(effects: Iterable[Effect]) -> list[Run]:
         )
     runs: list[Run] = []
     kind: type | None = None
+    add_save = None
     for i, effect in enumerate(effects):
-        if isinstance(effect, SsmSnapshotSave | SaveBatch):
+        # A step's single saves are most of what comes one by one: the cheapest test first,
+        # and the run's list bound once per run, not looked up per effect.
+        if type(effect) is SsmSnapshotSave and add_save is not None:
+            add_save(effect)
+        elif isinstance(effect, SsmSnapshotSave | SaveBatch):
             if kind is not SsmSnapshotSave:
                 runs.append(Run(i))
                 kind = SsmSnapshotSave
+                add_save = runs[-1].saves.append
             runs[-1].saves.append(effect)
+            if isinstance(effect, SaveBatch):
+                runs[-1].batches += 1
         elif isinstance(effect, SsmSnapshotRestore):
             if kind is not SsmSnapshotRestore:
                 runs.append(Run(i))
-                kind = SsmSnapshotRestore
+                kind, add_save = SsmSnapshotRestore, None
             runs[-1].restores.append(effect)
         elif isinstance(effect, SsmStateAccept):
             if kind is not SsmStateAccept:
                 runs.append(Run(i))
-                kind = SsmStateAccept
+                kind, add_save = SsmStateAccept, None
             runs[-1].accepts.append(effect)
         else:
             raise InvalidArgumentTypeError(
