@@ -232,7 +232,8 @@ def test_the_op_count_of_a_save_or_restore_does_not_grow_with_the_batch() -> Non
     # Anything else: one single-pass _foreach_copy_ per tensor over the rows' views.
     many = count_ops(lambda: pool.save([SsmSnapshotSave(s, 1, 2, 2) for s in shuffled]))
     every_row = count_ops(lambda: pool.restore([SsmSnapshotRestore(s, 1, 2, 2) for s in shuffled]))
-    assert len(one) == len(every_row) <= 2 * tensors + 3
+    # Every row of the pool needs no view of them (no slice op): fewer ops, never more.
+    assert len(every_row) <= len(one) <= 2 * tensors + 3
     assert copies(one) == copies(every_row) == tensors
     two = count_ops(lambda: pool.save([SsmSnapshotSave(s, 0, 4, 4) for s in (3, 9)]))
     third = count_ops(lambda: pool.save([SsmSnapshotSave(s, 0, 5, 5) for s in scattered]))
@@ -278,7 +279,7 @@ def test_off_the_cpu_the_op_count_does_not_grow_with_the_batch_either() -> None:
     # A range of rows, in any order: one op per tensor on a view of the live rows.
     one = count_ops(lambda: pool.save([SsmSnapshotSave(7, 0, 1, 1)]))
     many = count_ops(lambda: pool.save([SsmSnapshotSave(s, 1, 2, 2) for s in shuffled]))
-    assert len(one) == len(many) <= 2 * tensors + 3
+    assert len(many) <= len(one) <= 2 * tensors + 3  # all rows: no view needed
     assert copies(one) == copies(many) == tensors
     # Scattered rows: a gather into the kept scratch buffer, then one scatter per tensor.
     two = count_ops(lambda: pool.save([SsmSnapshotSave(s, 0, 4, 4) for s in (3, 9)]))
@@ -290,7 +291,7 @@ def test_off_the_cpu_the_op_count_does_not_grow_with_the_batch_either() -> None:
     restore_many = count_ops(
         lambda: pool.restore([SsmSnapshotRestore(s, 1, 2, 2) for s in shuffled])
     )
-    assert len(restore_one) == len(restore_many) <= 2 * tensors + 3
+    assert len(restore_many) <= len(restore_one) <= 2 * tensors + 3
     restore_two = count_ops(lambda: pool.restore([SsmSnapshotRestore(s, 0, 5, 5) for s in (3, 9)]))
     restore_third = count_ops(
         lambda: pool.restore([SsmSnapshotRestore(s, 0, 5, 5) for s in scattered])

@@ -31,9 +31,9 @@ pinned memory with ``non_blocking=True``: nothing here waits for the device.
 
 from __future__ import annotations
 
-from array import array
+import struct
 from collections.abc import Sequence
-from itertools import pairwise
+from itertools import chain, pairwise
 from typing import Final
 
 import torch
@@ -115,7 +115,7 @@ class Copier:
         if first is not None:
             (index,) = self._indices(order)
             for s, t in zip(source.tensors, target.tensors, strict=True):
-                torch.index_select(s, dim, index, out=t.narrow(dim, first, count))
+                torch.index_select(s, dim, index, out=_rows(t, dim, first, count))
             return
         by_row = self._by_row()
         if any(by_row):
@@ -175,7 +175,7 @@ class Copier:
         if first is not None:
             (index,) = self._indices(order)
             for _, s, t in pairs:
-                t.index_copy_(dim, index, s.narrow(dim, first, count))
+                t.index_copy_(dim, index, _rows(s, dim, first, count))
             return
         src_index, dst_index = self._indices(src, dst)
         for i, s, t in pairs:
@@ -197,9 +197,10 @@ class Copier:
 
     def _indices(self, *columns: list[int]) -> list[torch.Tensor]:
         """The columns as int64 index tensors on the device: one host buffer, one transfer."""
-        host = array("q", columns[0])
-        for column in columns[1:]:
-            host.extend(column)
+        # ``struct.pack`` converts the ints at about half the cost of ``array("q", ...)``,
+        # which converts them one at a time: a step's whole bookkeeping is ~100 ns a row.
+        total = sum(map(len, columns))
+        host = bytearray(struct.pack(f"{total}q", *chain.from_iterable(columns)))
         tensor = torch.frombuffer(host, dtype=torch.int64)
         if self._to_device:
             tensor = tensor.pin_memory().to(self._device, non_blocking=True)
@@ -207,6 +208,17 @@ class Copier:
             return [tensor]
         count = len(columns[0])
         return [tensor[k * count : (k + 1) * count] for k in range(len(columns))]
+
+
+def _rows(tensor: torch.Tensor, dim: int, first: int, count: int) -> torch.Tensor:
+    """Rows ``first .. first + count`` of ``tensor``: itself when that is all of them.
+
+    A ``narrow`` costs about 2 us on the CPU, as much as the bookkeeping of a
+    thousand rows; a step that saves every row needs no view.
+    """
+    if first == 0 and count == tensor.shape[dim]:
+        return tensor
+    return tensor.narrow(dim, first, count)
 
 
 def _each_row(

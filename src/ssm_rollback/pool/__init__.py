@@ -70,12 +70,13 @@ def apply_effects(pool: SnapshotPool, effects: Iterable[Effect], rings: Rings) -
     comes, after the batches before it were applied. Returns every failed
     save.
     """
-    pool = _check_pool(pool)
-    ring_for = ring_lookup(rings)
-    runs = runs_of(effects)
     # A pool built on PoolBase checks against its own SlotTags and copies
     # what they checked: each batch is checked here, once, and trusted there.
     tagged = cast(TaggedPool, pool) if issubclass(type(pool), TaggedPool) else None
+    if tagged is None:
+        pool = _check_pool(pool)
+    ring_for = ring_lookup(rings)
+    runs = runs_of(effects)
     checks: BatchChecks = PoolTagsView(pool) if tagged is None else tagged._slot_tags()
     if any(run.accepts for run in runs):
         verify_buffers(pool, "SsmStateAccept effects")
