@@ -36,6 +36,8 @@ from ssm_rollback import (
     RollbackPlan,
     SaveBatch,
     SsmDecodeRing,
+    SsmPrefixRestore,
+    SsmPrefixSave,
     SsmSnapshotRestore,
     SsmSnapshotSave,
     SsmStateAccept,
@@ -325,6 +327,7 @@ def bad_input(rank: int, world: int, group: dist.ProcessGroup | None) -> dict[st
     good: list[Effect] = [SsmStateAccept(1, 2), SaveBatch([0, 1], [0, 0], [3, 4], [5, 6])]
     mine = good if rank == 0 else None
     results = {"good": outcome_of(lambda: tp.broadcast_effects(mine, src=0, group=group))}
+    results["prefix step"] = prefix_step(rank, group)
     not_effects: list[object] = [SsmStateAccept(0, 0), object()]
     results["not effects"] = outcome_of(
         lambda: tp.broadcast_effects(not_effects if rank == 0 else None, src=0, group=group)  # type: ignore[arg-type]
@@ -381,6 +384,25 @@ def bad_input(rank: int, world: int, group: dist.ProcessGroup | None) -> dict[st
     odd = TorchSnapshotPool(live, 2, batch_dim=1)
     results["shapes"] = outcome_of(lambda: tp.check_agreement(odd))
     return results
+
+
+def prefix_step(rank: int, group: dist.ProcessGroup | None) -> str:
+    """A prefill step's shared-slot effects among ring effects: every rank gets them as sent.
+
+    Shards split each state tensor, never the effects: every rank applies the
+    same restore of shared slot 3 and the same saves, to its own shard.
+    """
+    step: list[Effect] = [
+        SsmPrefixRestore(4, 3, 512, 2**40 + 1),
+        SsmSnapshotRestore(1, 0, 7, 9),
+        SsmPrefixSave(4, 5, 768, 2**40 + 2),
+        SsmPrefixSave(6, 0, 1024, 2**40 + 3),
+        SaveBatch([0, 1], [0, 0], [3, 4], [5, 6]),
+        SsmPrefixSave(4, 1, 900, 2**40 + 4),
+        SsmStateAccept(2, 1),
+    ]
+    mine = step if rank == 0 else None
+    return outcome_of(lambda: tp.broadcast_effects(mine, src=0, group=group) == tuple(step))
 
 
 def from_each_rank(rank: int, world: int, group: dist.ProcessGroup | None) -> str:
@@ -653,18 +675,22 @@ def test_a_value_int64_cannot_carry_is_refused_naming_it_and_nothing_grows(rows:
 
 
 def random_step(rng: random.Random) -> list[Effect]:
-    """Runs of every kind, sources live and staged, sizes from nothing to past the buffer."""
+    """Runs of every kind (shared slots too), live and staged sources, up to past the buffer."""
     step: list[Effect] = []
     for _ in range(rng.randint(0, 6)):
-        kind, n = rng.randrange(4), rng.choice([0, 1, 3, 40, 700])
+        kind, n = rng.randrange(6), rng.choice([0, 1, 3, 40, 700])
         rows = range(rng.randrange(1_000), 2_000)
-        for r in rng.sample(rows, min(n, 60)) if kind < 3 else ():
+        for r in rng.sample(rows, min(n, 60)) if kind != 3 else ():
             if kind == 0:
                 step.append(SsmSnapshotSave(r, r % 5, r + 1, r * 7, rng.choice([None, 0, 3])))
             elif kind == 1:
                 step.append(SsmSnapshotRestore(r, r % 5, r + 1, r * 7))
-            else:
+            elif kind == 2:
                 step.append(SsmStateAccept(r, rng.randrange(4)))
+            elif kind == 4:
+                step.append(SsmPrefixSave(r, r % 5, 8 * r + 1, 2**41 + r))
+            else:
+                step.append(SsmPrefixRestore(r, r % 5, 8 * r + 1, 2**41 + r))
         if kind == 3:
             sources = None if rng.random() < 0.5 else [rng.randrange(-1, 4) for _ in range(n)]
             step.append(
@@ -851,6 +877,14 @@ def test_every_rank_tracks_its_shard_of_the_reference(ranks: list[str]) -> None:
     assert results[0]["row_steps"] >= 2_000
 
 
+@pytest.mark.parametrize("path", ["bad input", "bad input, all_reduce", "bad input, device buffer"])
+def test_a_step_with_prefix_effects_arrives_equal_on_every_rank(
+    ranks: list[str], path: str
+) -> None:
+    """Shared-slot saves and restores among ring effects reach every rank as sent."""
+    assert [json.loads(t)[path]["prefix step"] for t in ranks] == ["ok"] * len(ranks)
+
+
 @pytest.mark.parametrize(
     ("path", "sends", "device_buffer"),
     [
@@ -868,6 +902,7 @@ def test_bad_input_raises_on_every_rank(
     assert all(r == results[0] for r in results), results
     seen = results[0]
     assert seen["good"] == seen["good again"] == "ok"
+    assert seen["prefix step"] == "ok"
     assert seen["not effects"].startswith("InvalidArgumentError: rank 0 refused")
     assert seen["a breaking iterable"].startswith("InvalidArgumentError: rank 0 refused")
     assert seen["unknown kind"].startswith("WireError: record 0 at word 2 must have")

@@ -12,6 +12,8 @@ from ssm_rollback import (
     Effect,
     InvalidArgumentError,
     SaveBatch,
+    SsmPrefixRestore,
+    SsmPrefixSave,
     SsmRollbackError,
     SsmSnapshotRestore,
     SsmSnapshotSave,
@@ -39,6 +41,17 @@ effects: st.SearchStrategy[Effect] = st.one_of(
     st.builds(SsmSnapshotRestore, ints, ints, ints, ints),
     st.builds(SsmStateAccept, ints, small),
     save_batches(),
+    st.builds(SsmPrefixSave, ints, ints, ints, ints),
+    st.builds(SsmPrefixRestore, ints, ints, ints, ints),
+)
+#: Every type a payload may decode to.
+KINDS = (
+    SsmSnapshotSave,
+    SsmSnapshotRestore,
+    SsmStateAccept,
+    SaveBatch,
+    SsmPrefixSave,
+    SsmPrefixRestore,
 )
 
 
@@ -50,6 +63,19 @@ def test_decode_inverts_encode(step: list[Effect]) -> None:
     assert decoded == tuple(step)
     assert [type(e) for e in decoded] == [type(e) for e in step]
     assert all(hash(a) == hash(b) for a, b in zip(decoded, step, strict=True))
+
+
+prefix_effects = st.builds(SsmPrefixSave, small, small, ints, ints) | st.builds(
+    SsmPrefixRestore, small, small, ints, ints
+)
+
+
+@given(st.lists(effects | prefix_effects, max_size=12))
+def test_prefix_effects_mixed_with_ring_effects_arrive_in_order(step: list[Effect]) -> None:
+    """A step that restores a shared prefix, then saves ring and shared slots, keeps its order."""
+    decoded = _wire.decode(_wire.encode(step))
+    assert decoded == tuple(step)
+    assert [type(e) for e in decoded] == [type(e) for e in step]
 
 
 @given(st.lists(effects, min_size=1, max_size=6), st.data())
@@ -77,9 +103,7 @@ def test_any_corrupted_word_decodes_to_effects_or_a_wire_error(
         decoded = _wire.decode(words)
     except _wire.WireError:
         return
-    assert all(
-        type(e) in (SsmSnapshotSave, SsmSnapshotRestore, SsmStateAccept, SaveBatch) for e in decoded
-    )
+    assert all(type(e) in KINDS for e in decoded)
 
 
 def test_the_payload_layout_is_the_documented_one() -> None:
@@ -90,16 +114,91 @@ def test_the_payload_layout_is_the_documented_one() -> None:
         SsmStateAccept(3, 2),
         SaveBatch([1, 2], [0, 1], [5, 6], [7, 8]),
         SaveBatch([4], [0], [9], [10], sources=[-1]),
+        SsmPrefixRestore(2, 0, 100, 11),
+        SsmPrefixSave(2, 1, 140, 12),
+        SsmPrefixSave(3, 2, 150, 13),
+        SsmStateAccept(1, 0),
     ]
     assert _wire.encode(step) == [
-        _wire.MAGIC, 5,
+        _wire.MAGIC, 8,
         _wire.SAVES, 2, 1, 1, 2, 3, 3, 5, 4, 6, 0, 3,  # sources + 1: live is 0
         _wire.RESTORES, 1, 0, 1, 2, 3,
         _wire.ACCEPTS, 1, 3, 2,
         _wire.SAVE_BATCH, 2, 0, 1, 2, 0, 1, 5, 6, 7, 8,
         _wire.SAVE_BATCH, 1, _wire.HAS_SOURCES, 4, 0, 9, 10, 0,
+        _wire.PREFIX_RESTORES, 1, 2, 0, 100, 11,
+        _wire.PREFIX_SAVES, 2, 2, 3, 1, 2, 140, 150, 12, 13,  # a run is one record
+        _wire.ACCEPTS, 1, 1, 0,
     ]  # fmt: skip
-    assert _wire.MAGIC & 0xFFFF == _wire.VERSION
+    assert _wire.MAGIC & 0xFFFF == _wire.VERSION == 5
+    assert (_wire.PREFIX_SAVES, _wire.PREFIX_RESTORES) == (5, 6)
+
+
+def test_a_payload_of_format_version_4_is_refused_naming_the_version() -> None:
+    """Version 4 had no prefix records: its payloads (and peers, at the handshake) are refused."""
+    words = _wire.encode([SsmStateAccept(0, 1)])
+    words[0] = (0x53534D52 << 16) | 4
+    with pytest.raises(
+        _wire.WireError, match=f"magic word {_wire.MAGIC:#x} \\(format version 5\\)"
+    ):
+        _wire.decode(words)
+
+
+@pytest.mark.parametrize("kind", [_wire.PREFIX_SAVES, _wire.PREFIX_RESTORES])
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ([], "a kind and a row count at word 2"),
+        ([1], "of 1 rows needs 4 words from word 4"),
+        ([1, 0, 0, 0], "of 1 rows needs 4 words from word 4"),
+        ([2, 0, 0, 0, 0, 0, 0, 0], "of 2 rows needs 8 words from word 4"),
+        ([2**40, 0, 0, 0, 0], "of 1099511627776 rows needs"),
+        ([1, -1, 0, 0, 0], "ints >= 0, got -1 at word 4"),
+        ([1, 0, 0, -(2**63), 0], "ints >= 0, got -9223372036854775808 at word 6"),
+        ([1, 0, 0, 0, -7], "ints >= 0, got -7 at word 7"),
+        ([1, 0, 0, 0, 0, 9], "must end after its 1 records, at word 8, got 9 words"),
+    ],
+)
+def test_malformed_prefix_records_are_refused(kind: int, body: list[int], message: str) -> None:
+    words = [_wire.MAGIC, 1, *([kind] if body else []), *body]
+    name = "prefix saves" if kind == _wire.PREFIX_SAVES else "prefix restores"
+    with pytest.raises(_wire.WireError, match=message) as caught:
+        _wire.decode(words)
+    if "rows needs" in message:
+        assert f"record 0 ({name})" in str(caught.value)
+
+
+@given(st.lists(prefix_effects, min_size=1, max_size=6), st.data())
+def test_a_prefix_payload_cut_or_corrupted_is_a_wire_error_or_prefix_effects(
+    step: list[Effect], data: st.DataObject
+) -> None:
+    words = _wire.encode(step)
+    with pytest.raises(_wire.WireError):
+        _wire.decode(words[: data.draw(st.integers(0, len(words) - 1))])
+    at = data.draw(st.integers(0, len(words) - 1))
+    words[at] = data.draw(st.integers(-(2**63), 2**63 - 1))
+    try:
+        decoded = _wire.decode(words)
+    except _wire.WireError:
+        return
+    assert all(type(e) in KINDS for e in decoded)
+
+
+def test_decoded_prefix_effects_are_the_values_a_sender_builds() -> None:
+    step: list[Effect] = [SsmPrefixSave(1, 2, 3, 4), SsmPrefixRestore(1, 2, 3, 4)]
+    decoded = _wire.decode(_wire.encode(step))
+    assert decoded == (SsmPrefixSave(1, 2, 3, 4), SsmPrefixRestore(1, 2, 3, 4))
+    assert len(set(decoded)) == 2  # the same fields, another kind: not equal
+    save, restore = decoded
+    assert save.to_dict() == {
+        "kind": "ssm_prefix_save",
+        "seq": 1,
+        "slot": 2,
+        "length": 3,
+        "ticket": 4,
+    }
+    assert restore.to_dict()["kind"] == "ssm_prefix_restore"
+    assert hash(save) == hash(step[0])
 
 
 def test_an_unknown_kind_is_refused_naming_the_record() -> None:

@@ -2,7 +2,7 @@
 
 Pure Python, no torch: ``encode`` turns effects into words, ``decode`` turns
 words back into effects, and the tensor plumbing lives in ``_wire_channel``.
-Rules of the format (version 4):
+Rules of the format (version 5):
 
 1. The payload starts with ``MAGIC`` (which carries ``VERSION``) and the
    record count; every record starts with its kind code and its row count
@@ -11,7 +11,9 @@ Rules of the format (version 4):
 2. A run of consecutive single effects of one kind is one record:
    ``SAVES`` (columns ``seqs slots positions tickets sources``),
    ``RESTORES`` (``seqs slots positions tickets``), ``ACCEPTS`` (``seqs
-   indices``). They decode as that many single effects, in order.
+   indices``), ``PREFIX_SAVES`` and ``PREFIX_RESTORES`` (``seqs slots
+   lengths tickets``: shared slots, SPEC 13). They decode as that many
+   single effects, in order.
 3. A ``SaveBatch`` is one ``SAVE_BATCH`` record: ``n flags``, then its
    columns ``seqs slots positions tickets``, and ``sources`` when ``flags``
    is ``HAS_SOURCES``. It decodes as one ``SaveBatch``.
@@ -35,7 +37,13 @@ from operator import add
 from typing import Final, cast
 
 from .._core.effect_dict import Effect
-from .._core.effects import SsmSnapshotRestore, SsmSnapshotSave, SsmStateAccept
+from .._core.effects import (
+    SsmPrefixRestore,
+    SsmPrefixSave,
+    SsmSnapshotRestore,
+    SsmSnapshotSave,
+    SsmStateAccept,
+)
 from .._core.save_batch import SaveBatch
 from .._errors import InvalidArgumentError, InvalidArgumentTypeError, SsmRollbackError
 from . import wire_values as values
@@ -44,6 +52,8 @@ __all__ = [
     "ACCEPTS",
     "HAS_SOURCES",
     "MAGIC",
+    "PREFIX_RESTORES",
+    "PREFIX_SAVES",
     "RESTORES",
     "SAVES",
     "SAVE_BATCH",
@@ -60,7 +70,9 @@ __all__ = [
 #: travel as sends, which a rank of version 2 (waiting on a broadcast) would never take.
 #: 4: the words of 3, but a group's first step also gathers every rank's ``src``, and on
 #: NCCL a step is an ``all_reduce`` with every rank's ``src``, not a broadcast.
-VERSION: Final = 4
+#: 5: the records of 4 and two more kinds, ``PREFIX_SAVES`` and ``PREFIX_RESTORES``; a rank
+#: of version 4 would refuse them word by word, so the handshake refuses it first.
+VERSION: Final = 5
 #: ``b"SSMR"`` and the version: the first word of every payload.
 MAGIC: Final = (0x53534D52 << 16) | VERSION
 
@@ -68,16 +80,27 @@ SAVES: Final = 1
 RESTORES: Final = 2
 ACCEPTS: Final = 3
 SAVE_BATCH: Final = 4
+PREFIX_SAVES: Final = 5
+PREFIX_RESTORES: Final = 6
 #: ``SAVE_BATCH`` flags: the batch has a ``sources`` column.
 HAS_SOURCES: Final = 1
 
-_NAMES: Final = {SAVES: "saves", RESTORES: "restores", ACCEPTS: "accepts", SAVE_BATCH: "save batch"}
-_WIDTH: Final = {SAVES: 5, RESTORES: 4, ACCEPTS: 2}
+_NAMES: Final = {
+    SAVES: "saves",
+    RESTORES: "restores",
+    ACCEPTS: "accepts",
+    SAVE_BATCH: "save batch",
+    PREFIX_SAVES: "prefix saves",
+    PREFIX_RESTORES: "prefix restores",
+}
+_WIDTH: Final = {SAVES: 5, RESTORES: 4, ACCEPTS: 2, PREFIX_SAVES: 4, PREFIX_RESTORES: 4}
 _CODES: Final[dict[type, int]] = {
     SsmSnapshotSave: SAVES,
     SsmSnapshotRestore: RESTORES,
     SsmStateAccept: ACCEPTS,
     SaveBatch: SAVE_BATCH,
+    SsmPrefixSave: PREFIX_SAVES,
+    SsmPrefixRestore: PREFIX_RESTORES,
 }
 _SHIFTED: Final = partial(add, 1)  # a source on the wire: LIVE (-1) -> 0, index i -> i + 1
 _MAX_WORD: Final = (1 << 63) - 1
@@ -105,8 +128,9 @@ def encode(effects: Iterable[Effect], *, ranged: bool = True) -> list[int]:
         code = _CODES.get(kind, 0)
         if not code:
             raise InvalidArgumentTypeError(
-                f"'effects[{at}]' must be an SsmSnapshotSave, SsmSnapshotRestore, SsmStateAccept "
-                f"or SaveBatch, got {run[0]!r} of type {kind.__name__}"
+                f"'effects[{at}]' must be an SsmSnapshotSave, SsmSnapshotRestore, SsmStateAccept, "
+                f"SaveBatch, SsmPrefixSave or SsmPrefixRestore, got {run[0]!r} of type "
+                f"{kind.__name__}"
             )
         for record in run if code == SAVE_BATCH else (run,):
             _put(words, code, record)
@@ -178,6 +202,13 @@ def _put(words: list[int], code: int, record: object) -> None:
         accepts = cast(list[SsmStateAccept], record)
         words += [a.seq for a in accepts]
         words += [a.index for a in accepts]
+        return
+    if code in (PREFIX_SAVES, PREFIX_RESTORES):
+        shared = cast(list[SsmPrefixSave] | list[SsmPrefixRestore], record)
+        words += [e.seq for e in shared]
+        words += [e.slot for e in shared]
+        words += [e.length for e in shared]
+        words += [e.ticket for e in shared]
         return
     snapshots = cast(list[SsmSnapshotSave] | list[SsmSnapshotRestore], record)
     words += [e.seq for e in snapshots]
@@ -257,6 +288,10 @@ def _record(words: tuple[int, ...], at: int, record: int, effects: list[Effect])
         effects += values.accepts(*columns)
     elif kind == RESTORES:
         effects += values.restores(*columns)
+    elif kind == PREFIX_SAVES:
+        effects += values.prefix_saves(*columns)
+    elif kind == PREFIX_RESTORES:
+        effects += values.prefix_restores(*columns)
     else:
         effects += map(values.save, *columns)
     return at + width * n

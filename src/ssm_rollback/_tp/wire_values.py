@@ -4,20 +4,22 @@ Rule 5 of ``_wire`` checked each column at C speed before any of these run,
 so they set the fields directly. Accepts are interned: a verify step's
 ``(seq, index)`` pairs repeat from step to step (``index`` is at most the
 draft count), and an accept is a frozen value, so one instance per pair
-serves every step. Restores and saves carry a fresh ticket each time and are
-built anew.
+serves every step. Restores and saves, of ring slots and of shared slots,
+carry a fresh ticket each time and are built anew.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from itertools import repeat
 from operator import add, getitem
-from typing import Final
+from typing import Final, TypeVar
 
 from .._core.effects import (
+    SsmPrefixRestore,
+    SsmPrefixSave,
     SsmSnapshotRestore,
     SsmSnapshotSave,
     SsmStateAccept,
@@ -26,15 +28,21 @@ from .._core.effects import (
 )
 from .._core.save_batch import LIVE, SaveBatch
 
-__all__ = ["accepts", "restores", "save", "save_batch"]
+__all__ = ["accepts", "prefix_restores", "prefix_saves", "restores", "save", "save_batch"]
 
 _new = object.__new__
+_E = TypeVar("_E")
+_Setter = Callable[[object, object], None]
 _set = object.__setattr__
 
 
 _RESTORE_FIELDS: Final = tuple(
     slot_setter(SsmSnapshotRestore, name) for name in ("seq", "slot", "token_position", "ticket")
 )
+_PREFIX_FIELDS: Final = {
+    cls: tuple(slot_setter(cls, name) for name in ("seq", "slot", "length", "ticket"))
+    for cls in (SsmPrefixSave, SsmPrefixRestore)
+}
 _UNSHIFTED: Final = partial(add, LIVE)  # a source on the wire, back: 0 -> LIVE, i + 1 -> i
 _ACCEPT_FIELDS: Final = tuple(slot_setter(SsmStateAccept, name) for name in ("seq", "index"))
 
@@ -76,13 +84,33 @@ def _accept(seq: int, index: int) -> SsmStateAccept:
 def restores(
     seqs: Sequence[int], slots: Sequence[int], positions: Sequence[int], tickets: Sequence[int]
 ) -> list[SsmSnapshotRestore]:
-    """One ``SsmSnapshotRestore`` per row from checked columns, built a column at a time.
+    """One ``SsmSnapshotRestore`` per row from checked columns, built a column at a time."""
+    return _built(SsmSnapshotRestore, _RESTORE_FIELDS, (seqs, slots, positions, tickets))
+
+
+def prefix_saves(
+    seqs: Sequence[int], slots: Sequence[int], lengths: Sequence[int], tickets: Sequence[int]
+) -> list[SsmPrefixSave]:
+    """One ``SsmPrefixSave`` per row from checked columns, built a column at a time."""
+    return _built(SsmPrefixSave, _PREFIX_FIELDS[SsmPrefixSave], (seqs, slots, lengths, tickets))
+
+
+def prefix_restores(
+    seqs: Sequence[int], slots: Sequence[int], lengths: Sequence[int], tickets: Sequence[int]
+) -> list[SsmPrefixRestore]:
+    """One ``SsmPrefixRestore`` per row from checked columns, built a column at a time."""
+    fields = _PREFIX_FIELDS[SsmPrefixRestore]
+    return _built(SsmPrefixRestore, fields, (seqs, slots, lengths, tickets))
+
+
+def _built(cls: type[_E], setters: Sequence[_Setter], columns: Sequence[Sequence[int]]) -> list[_E]:
+    """One ``cls`` per row, its fields set from ``columns`` in ``setters``' order.
 
     Every instance first, then each field's setter mapped over them all: C
-    loops, no Python frame per restore (a third of the per-restore call).
+    loops, no Python frame per effect (a third of the per-restore call).
     """
-    made: list[SsmSnapshotRestore] = list(map(_new, repeat(SsmSnapshotRestore, len(seqs))))
-    for setter, column in zip(_RESTORE_FIELDS, (seqs, slots, positions, tickets), strict=True):
+    made: list[_E] = list(map(_new, repeat(cls, len(columns[0]))))
+    for setter, column in zip(setters, columns, strict=True):
         deque(map(setter, made, column), 0)
     return made
 

@@ -37,11 +37,20 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="N",
         help="override the depth (beats $SSM_ROLLBACK_RING_SLOTS)",
     )
+    plan.add_argument(
+        "--prefix-slots",
+        type=int_flag(0),
+        default=0,
+        metavar="N",
+        help="shared prefix snapshot slots for the whole engine, one snapshot each, taken "
+        "from --free-memory before the rings (default 0)",
+    )
     flags = {
         **MODEL_FLAGS,
         "max_sequences": "--max-seqs",
         "free_bytes": "--free-memory",
         "override": "--ring-slots",
+        "prefix_slots": "--prefix-slots",
     }
     plan.set_defaults(run=run, flags=flags)
 
@@ -51,7 +60,11 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
 
     name, spec = load_spec(args)
     depth = decode_rollback_ring_slots(
-        spec, max_sequences=args.max_seqs, free_bytes=args.free_memory, override=args.ring_slots
+        spec,
+        max_sequences=args.max_seqs,
+        free_bytes=args.free_memory,
+        override=args.ring_slots,
+        prefix_slots=args.prefix_slots,
     )
     if args.json:
         import json
@@ -96,6 +109,8 @@ def _report(
         "max_sequences": args.max_seqs,
         "free_bytes": args.free_memory,
         "bytes_per_slot": depth.bytes_per_slot,
+        "prefix_slots": depth.prefix_slots,
+        "prefix_bytes": depth.prefix_bytes,
         "fit": depth.fit,
         "slots": depth.slots,
         "rule": depth.rule.value,
@@ -130,10 +145,14 @@ def _print_table(
         ("max sequences", f"{args.max_seqs:,}"),
         ("free memory", f"{free:,} ({human(free)})"),
         *_speculative_rows(spec, depth),
+        *_prefix_rows(depth),
         ("slots that fit per sequence", f"{depth.fit:,}"),
         ("ring depth", f"{depth.slots} (rule: {depth.rule.value})"),
         ("bytes reserved", f"{depth.bytes_total:,} ({human(depth.bytes_total)})"),
     ]
+    if depth.prefix_slots:
+        both = depth.bytes_total + depth.prefix_bytes
+        rows.append(("bytes reserved with shared slots", f"{both:,} ({human(both)})"))
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"{key:<{width}}  {value}", file=out)
@@ -150,4 +169,13 @@ def _speculative_rows(spec: SsmStateSpec, depth: RingDepth) -> list[tuple[str, s
             "speculative bytes (all sequences)",
             f"{depth.speculative_bytes:,} ({human(depth.speculative_bytes)})",
         ),
+    ]
+
+
+def _prefix_rows(depth: RingDepth) -> list[tuple[str, str]]:
+    if not depth.prefix_slots:
+        return []
+    return [
+        ("shared prefix slots", f"{depth.prefix_slots:,}"),
+        ("shared prefix bytes", f"{depth.prefix_bytes:,} ({human(depth.prefix_bytes)})"),
     ]

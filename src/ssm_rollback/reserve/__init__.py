@@ -11,7 +11,8 @@ Two questions a scheduler answers before it allocates anything:
    ``num_speculative_tokens`` the spec also lists what each engine adds for
    speculative decoding, apart from the slot.
 2. *How many can it afford?* ``decode_rollback_ring_slots`` turns free memory
-   into a ring depth: the speculative buffers first, then ``fit = rest //
+   into a ring depth: the speculative buffers and the shared prefix slots
+   (``prefix_slots``, one snapshot each) first, then ``fit = rest //
    (max_sequences * bytes_per_snapshot)``, ``slots = min(max_slots, fit)``;
    a ``--ring-slots`` flag (``override``) beats the
    ``SSM_ROLLBACK_RING_SLOTS`` variable, which beats the policy.

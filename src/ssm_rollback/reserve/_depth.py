@@ -49,10 +49,15 @@ class RingDepth:
     rule: DepthRule
     bytes_per_slot: int
     bytes_total: int
-    #: How many slots per sequence fit in ``free_bytes`` after the speculative buffers.
+    #: How many slots per sequence fit in ``free_bytes`` after the speculative buffers and
+    #: the shared prefix slots.
     fit: int
     #: The engine's speculative buffers for all sequences, taken from ``free_bytes`` first.
     speculative_bytes: int = 0
+    #: Shared prefix slots (SPEC 13), a region apart from every ring, and what they cost
+    #: (``prefix_slots * bytes_per_slot``), also taken from ``free_bytes`` before the rings.
+    prefix_slots: int = 0
+    prefix_bytes: int = 0
 
 
 def _parse_override(value: object, source: str) -> int:
@@ -88,26 +93,31 @@ def decode_rollback_ring_slots(
     max_slots: int = DEFAULT_MAX_SLOTS,
     override: int | str | None = None,
     env: Mapping[str, str] | None = None,
+    prefix_slots: int = 0,
 ) -> RingDepth:
     """Snapshot slots per sequence: the flag, else the environment, else what memory allows.
 
     The engine's speculative buffers (``spec.speculative_bytes_per_sequence``
-    for each sequence) come out of ``free_bytes`` first. Without overrides
-    ``slots = min(max_slots, fit)`` with ``fit = (free_bytes - speculative)
-    // (max_sequences * spec.bytes_per_snapshot)`` (headroom is the caller's
-    business). ``override`` (the CLI flag) beats ``SSM_ROLLBACK_RING_SLOTS``
-    in ``env`` (default ``os.environ``); either may exceed ``max_slots`` but
-    must fit. A malformed or unaffordable override raises
-    ``InvalidArgumentError`` naming its source; so does any other argument
-    of the wrong type or range (``env`` must be a mapping, ``max_sequences``
-    at least 1, ``free_bytes`` at most 2**64, a ``spec`` at most 2**50 bytes
-    per sequence).
+    for each sequence) and ``prefix_slots`` shared prefix slots (SPEC 13:
+    ``spec.bytes_per_snapshot`` each, for the whole engine) come out of
+    ``free_bytes`` first. Without overrides ``slots = min(max_slots, fit)``
+    with ``fit = (free_bytes - speculative - shared) // (max_sequences *
+    spec.bytes_per_snapshot)`` (headroom is the caller's business). Shared
+    slots that do not fit beside the speculative buffers raise
+    ``InvalidArgumentError`` naming ``prefix_slots``. ``override`` (the CLI
+    flag) beats ``SSM_ROLLBACK_RING_SLOTS`` in ``env`` (default
+    ``os.environ``); either may exceed ``max_slots`` but must fit. A
+    malformed or unaffordable override raises ``InvalidArgumentError``
+    naming its source; so does any other argument of the wrong type or range
+    (``env`` must be a mapping, ``max_sequences`` at least 1, ``free_bytes``
+    at most 2**64, a ``spec`` at most 2**50 bytes per sequence).
     """
     if not isinstance(spec, SsmStateSpec):
         raise InvalidArgumentTypeError(f"'spec' must be an SsmStateSpec, got {type(spec).__name__}")
     sequences = check_positive("max_sequences", max_sequences)
     free = check_non_negative_int("free_bytes", free_bytes)
     maximum = check_non_negative_int("max_slots", max_slots)
+    shared_slots = check_non_negative_int("prefix_slots", prefix_slots)
     environment = os.environ if env is None else env
     if not isinstance(environment, Mapping):
         raise InvalidArgumentTypeError(
@@ -130,7 +140,10 @@ def decode_rollback_ring_slots(
     if oversize is not None:
         raise InvalidArgumentError(f"'spec' must fit a machine, got {oversize[1]}")
     speculative = sequences * spec.speculative_bytes_per_sequence
-    fit = max(0, free - speculative) // (sequences * per_slot)
+    shared = shared_slots * per_slot
+    if shared and speculative + shared > free:
+        raise InvalidArgumentError(_shared_refusal(shared_slots, per_slot, free, speculative))
+    fit = max(0, free - speculative - shared) // (sequences * per_slot)
 
     chosen: tuple[int, DepthRule, str] | None = None
     if override is not None:
@@ -144,7 +157,9 @@ def decode_rollback_ring_slots(
     if chosen is not None:
         slots, rule, source = chosen
         if slots > fit:
-            after = f" after {speculative} bytes of speculative buffers" if speculative else ""
+            taken = [f"{speculative} bytes of speculative buffers"] if speculative else []
+            taken += [f"{shared} bytes of {shared_slots} shared prefix slots"] if shared else []
+            after = f" after {' and '.join(taken)}" if taken else ""
             raise InvalidArgumentError(
                 f"{source} = {slots} does not fit: {slots} slots x {sequences} sequences x "
                 f"{per_slot} bytes = {slots * sequences * per_slot} bytes, but free_bytes is "
@@ -154,4 +169,16 @@ def decode_rollback_ring_slots(
         slots, rule = maximum, DepthRule.MAXIMUM
     else:
         slots, rule = fit, DepthRule.MEMORY
-    return RingDepth(slots, rule, per_slot, slots * sequences * per_slot, fit, speculative)
+    total = slots * sequences * per_slot
+    return RingDepth(slots, rule, per_slot, total, fit, speculative, shared_slots, shared)
+
+
+def _shared_refusal(slots: int, per_slot: int, free: int, speculative: int) -> str:
+    """Why ``slots`` shared prefix slots do not fit in ``free`` bytes beside speculative ones."""
+    after = f" after {speculative} bytes of speculative buffers" if speculative else ""
+    most = max(0, free - speculative) // per_slot
+    return (
+        f"'prefix_slots' must fit in free_bytes, got {slots} shared slots x {per_slot} bytes = "
+        f"{slots * per_slot} bytes, but free_bytes is {free}{after} (at most {most} shared "
+        f"slots fit)"
+    )
