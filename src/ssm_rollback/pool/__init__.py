@@ -139,11 +139,10 @@ def apply_effects(
                 _forget_prefix(prefix_index, prefix_save)
             failed_shared.extend(lost_shared)
         elif isinstance(batch, CheckedSharedRestores):
+            if failed_shared:  # as for ring restores: a failed shared save holds nothing
+                batch = checks.check_shared_restores(run.shared_restores, run.names())
             if tagged is None:
                 cast(SharedSnapshotPool, shared).restore_shared(run.shared_restores)
-            elif failed_shared:  # as for ring restores: a failed shared save holds nothing
-                recheck = checks.check_shared_restores(run.shared_restores, run.names())
-                tagged._restore_shared_checked(recheck)
             else:
                 tagged._restore_shared_checked(batch)
         elif tagged is not None:
