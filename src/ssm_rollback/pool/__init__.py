@@ -107,7 +107,7 @@ def apply_effects(
     checks: SharedChecks = PoolTagsView(pool) if tagged is None else tagged._slot_tags()
     if any(run.accepts for run in runs):
         verify_buffers(pool, "SsmStateAccept effects")
-    shared = _shared_pool(pool, runs)
+    shared = _shared_pool(pool, runs) if tagged is None else None
     checked = check_runs(checks, runs, rings, _staged_counts(pool, tagged))
     failed: list[SsmSnapshotSave] = []
     failed_shared: list[SsmPrefixSave] = []
@@ -153,7 +153,11 @@ def apply_effects(
 
 
 def _shared_pool(pool: SnapshotPool, runs: list[Run]) -> SharedSnapshotPool | None:
-    """``pool`` as a ``SharedSnapshotPool`` if a run holds prefix effects (refused if none)."""
+    """``pool`` as a ``SharedSnapshotPool`` if a run holds prefix effects (refused if none).
+
+    Asked of a third-party pool only: one on ``PoolBase`` is one by construction,
+    and the runtime protocol check walks every member (microseconds).
+    """
     for run in runs:
         prefix = run.shared_saves or run.shared_restores
         if prefix:
