@@ -40,6 +40,15 @@ bytes a row, so the copy costs next to nothing. Every timed call applies a fresh
 batch (ascending positions), built before its clock starts; ns per row,
 the median of the calls, the libraries' calls alternating.
 
+Then the shared slots of prefix snapshots (SPEC 13): ``save_shared`` and
+``restore_shared`` of a random half of 1,024 rows (the same state per row
+as above) into and out of as many shared slots, taken in a random order as
+an index hands them out, against (c), the contiguous copy of the same bytes;
+c/pool is how close to the limit, with a goal of 0.45.
+
+``--sections`` picks what runs (``ring``: the table above, ``host``,
+``shared``, ``compare``: the baseline's pool below); all by default.
+
 ``--baseline-rev REV`` also times the library as it was at git revision
 ``REV`` (extracted with ``git archive`` into a temporary folder and imported
 beside this one, see ``_baseline.py``), interleaved with today's in the same
@@ -64,6 +73,8 @@ from ssm_rollback import (
     SaveBatch,
     SnapshotPool,
     SsmDecodeRing,
+    SsmPrefixRestore,
+    SsmPrefixSave,
     SsmSnapshotRestore,
     SsmSnapshotSave,
     apply_effects,
@@ -225,6 +236,79 @@ def compare(
     return results
 
 
+SHARED_ROWS = 1_024  # a random half of them is saved into shared slots, then restored
+SHARED_GOAL = 0.45  # of a contiguous copy of the same bytes
+
+
+def shared_bench(rows: int, args: argparse.Namespace) -> dict[str, float]:
+    """Medians for ``save_shared`` / ``restore_shared`` of a random half of ``rows`` rows.
+
+    The pool holds no ring slots, only ``rows // 2`` shared slots; rows and
+    slots are random and shuffled. Each timed save writes fresh tickets (a
+    save its slot already holds is refused), each restore names the last.
+    """
+    batch_dim = 1 if args.layout == "stacked" else 0
+    live = make_live(rows, args.layout, args.device, args.dtype)
+    count = max(1, rows // 2)
+    pool = TorchSnapshotPool(live, 0, batch_dim=batch_dim, shared_slots=count)
+    generator = torch.Generator().manual_seed(rows + 1)
+    order = torch.randperm(rows, generator=generator)[:count].tolist()
+    slots = torch.randperm(count, generator=generator).tolist()
+    versions = [  # two versions whose tickets differ, built before the clock starts
+        (
+            [SsmPrefixSave(seq, slot, 1, v + 1) for seq, slot in zip(order, slots, strict=True)],
+            [SsmPrefixRestore(seq, slot, 1, v + 1) for seq, slot in zip(order, slots, strict=True)],
+        )
+        for v in (0, 1)
+    ]
+    last = [1]
+
+    def save() -> object:
+        last[0] = 1 - last[0]
+        return pool.save_shared(versions[last[0]][0])
+
+    def restore() -> None:
+        pool.restore_shared(versions[last[0]][1])
+
+    nbytes = count * sum(s.numel() * s.element_size() for s in live) // rows
+    flat_src = torch.randint(0, 256, (nbytes,), dtype=torch.uint8, device=args.device)
+    flat_dst = torch.ones_like(flat_src)
+    runs: dict[str, Callable[[], object]] = {
+        "save_shared": save,
+        "restore_shared": restore,
+        "contiguous": lambda: flat_dst.copy_(flat_src),
+    }
+    for run in runs.values():  # warm up
+        run()
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(args.rounds):
+        for name, run in runs.items():
+            times[name].append(timed(args.device, run))
+    medians = {name: statistics.median(ts) for name, ts in times.items()}
+    medians["bytes"] = float(nbytes)
+    medians["rows"] = float(count)
+    return medians
+
+
+def print_shared(rows: int, args: argparse.Namespace) -> None:
+    m = shared_bench(rows, args)
+    print(
+        f"\nshared slots (SPEC 13): save_shared / restore_shared of a random half of {rows} rows "
+        f"into {int(m['rows'])} shared slots in random order; medians of {args.rounds} rounds; "
+        f"goal c/pool >= {SHARED_GOAL}"
+    )
+    print(
+        f"{'op':<15} {'rows':>5} {'MiB':>7} {'pool ms':>9} {'contig ms':>10} "
+        f"{'contig/pool':>11} {'pool GB/s':>9}"
+    )
+    for op in ("save_shared", "restore_shared"):
+        pool_t, contig_t = m[op], m["contiguous"]
+        print(
+            f"{op:<15} {int(m['rows']):>5} {m['bytes'] / 2**20:>7.1f} {pool_t * 1e3:>9.3f} "
+            f"{contig_t * 1e3:>10.3f} {contig_t / pool_t:>11.2f} {m['bytes'] / pool_t / 1e9:>9.2f}"
+        )
+
+
 HOST_ROWS, HOST_SLOTS, HOST_WIDTH = 1_024, 8, 4  # one float32 [1024, 4]: 16 bytes a row
 HOST_ROUNDS, HOST_BATCHES = 21, 16  # rounds of this many fresh batches; median of all calls
 
@@ -319,6 +403,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--smoke", action="store_true", help="tiny run, only checks it works")
     parser.add_argument(
+        "--sections",
+        default="ring,host,shared,compare",
+        help="comma-separated: ring, host, shared, compare (the last with --baseline-rev)",
+    )
+    parser.add_argument(
         "--baseline-rev", metavar="REV", help="also time the pool at this git revision"
     )
     args = parser.parse_args(argv)
@@ -326,9 +415,16 @@ def main(argv: list[str] | None = None) -> int:
     batches = [int(b) for b in args.batches.split(",")]
     fractions = [float(f) for f in args.fractions.split(",")]
     host_rounds, host_batches = HOST_ROUNDS, HOST_BATCHES
+    shared_rows = SHARED_ROWS
+    sections = set(args.sections.split(","))
+    if sections - {"ring", "host", "shared", "compare"}:
+        parser.error(
+            f"--sections: unknown {sorted(sections - {'ring', 'host', 'shared', 'compare'})}"
+        )
     if args.smoke:
         batches, fractions, args.rounds = [4], [0.5, 1.0], 1
         host_rounds, host_batches = 1, 2
+        shared_rows = 8
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device here")
     base = baseline_package(args.baseline_rev) if args.baseline_rev else None  # fails early
@@ -349,6 +445,18 @@ def main(argv: list[str] | None = None) -> int:
         f"{torch.get_num_threads()} CPU threads pinned to CPUs {cpus}; random rows, shuffled; "
         f"medians of {args.rounds} interleaved rounds"
     )
+    if "ring" in sections:
+        print_ring(batches, fractions, args)
+    if "host" in sections:
+        print_host(base, host_rounds, host_batches, args)
+    if "shared" in sections:
+        print_shared(shared_rows, args)
+    if base is not None and "compare" in sections:
+        print_compare(base, batches, fractions, args)
+    return 0
+
+
+def print_ring(batches: list[int], fractions: list[float], args: argparse.Namespace) -> None:
     print(
         f"{'op':<8} {'seqs':>5} {'rows':>5} {'MiB':>7} {'pool ms':>9} {'loop ms':>9} "
         f"{'contig ms':>10} {'loop/pool':>9} {'contig/pool':>11} {'pool GB/s':>9}"
@@ -365,6 +473,10 @@ def main(argv: list[str] | None = None) -> int:
                     f"{m['bytes'] / pool_t / 1e9:>9.2f}"
                 )
 
+
+def print_host(
+    base: Baseline | None, host_rounds: int, host_batches: int, args: argparse.Namespace
+) -> None:
     libraries = [TODAY]
     if base is not None and base.has(snapshot_boundaries):
         libraries.append(base)
@@ -388,25 +500,26 @@ def main(argv: list[str] | None = None) -> int:
             line += f" {then:>8.0f} {costs[TODAY.label, op] / then:>14.2f}"
         print(line)
 
-    if base is not None:
-        rev = base.label
-        print(
-            f"\nTorchSnapshotPool.save / restore, today against revision {rev}, same rows "
-            f"and live tensors; medians of {args.rounds} interleaved rounds"
-        )
-        print(
-            f"{'op':<8} {'seqs':>5} {'rows':>5} {'today ms':>9} {rev + ' ms':>11} "
-            f"{'today/' + rev:>14}"
-        )
-        for batch in batches:
-            for rows, medians in compare(base, batch, fractions, args):
-                for op in ("save", "restore"):
-                    ours, theirs = medians[f"{op} today"], medians[f"{op} {rev}"]
-                    print(
-                        f"{op:<8} {batch:>5} {rows:>5} {ours * 1e3:>9.3f} {theirs * 1e3:>11.3f} "
-                        f"{ours / theirs:>14.2f}"
-                    )
-    return 0
+
+def print_compare(
+    base: Baseline, batches: list[int], fractions: list[float], args: argparse.Namespace
+) -> None:
+    rev = base.label
+    print(
+        f"\nTorchSnapshotPool.save / restore, today against revision {rev}, same rows "
+        f"and live tensors; medians of {args.rounds} interleaved rounds"
+    )
+    print(
+        f"{'op':<8} {'seqs':>5} {'rows':>5} {'today ms':>9} {rev + ' ms':>11} {'today/' + rev:>14}"
+    )
+    for batch in batches:
+        for rows, medians in compare(base, batch, fractions, args):
+            for op in ("save", "restore"):
+                ours, theirs = medians[f"{op} today"], medians[f"{op} {rev}"]
+                print(
+                    f"{op:<8} {batch:>5} {rows:>5} {ours * 1e3:>9.3f} {theirs * 1e3:>11.3f} "
+                    f"{ours / theirs:>14.2f}"
+                )
 
 
 if __name__ == "__main__":

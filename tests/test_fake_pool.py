@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from ssm_rollback import SaveOutcome, SsmSnapshotRestore, SsmSnapshotSave
+from ssm_rollback import SaveOutcome, SsmPrefixSave, SsmSnapshotRestore, SsmSnapshotSave
 from ssm_rollback.backends.fake import FakeSnapshotPool
 from ssm_rollback.testing import SnapshotPoolConformance, SnapshotPoolMachine
 
@@ -33,6 +33,17 @@ class TestFakePoolConformance(SnapshotPoolConformance[FakeSnapshotPool]):
 
     def set_intermediate(self, pool: FakeSnapshotPool, seq: int, values: list[int]) -> bool:
         pool.intermediate[seq] = [("state", value) for value in values]
+        return True
+
+    def make_shared_pool(
+        self, num_sequences: int, slots_per_sequence: int, shared_slots: int
+    ) -> FakeSnapshotPool:
+        return FakeSnapshotPool(num_sequences, slots_per_sequence, shared_slots=shared_slots)
+
+    def fail_shared_saves(
+        self, pool: FakeSnapshotPool, predicate: Callable[[SsmPrefixSave], bool]
+    ) -> bool:
+        pool.fail_shared_when(predicate)
         return True
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import NamedTuple
 
 import pytest
@@ -15,6 +16,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ssm_rollback import (
     InvalidArgumentError,
     SsmDecodeRing,
+    SsmPrefixRestore,
+    SsmPrefixSave,
     SsmSnapshotRestore,
     SsmSnapshotSave,
     SsmStateAccept,
@@ -105,6 +108,11 @@ class TorchAdapter(PoolAdapter[TorchSnapshotPool]):
     case: Case
 
     def make_pool(self, num_sequences: int, slots_per_sequence: int) -> TorchSnapshotPool:
+        return self.make_shared_pool(num_sequences, slots_per_sequence, 0)
+
+    def make_shared_pool(
+        self, num_sequences: int, slots_per_sequence: int, shared_slots: int
+    ) -> TorchSnapshotPool:
         states = make_states(self.case, num_sequences)
         dim = self.case.batch_dim
         staged = [
@@ -113,7 +121,19 @@ class TorchAdapter(PoolAdapter[TorchSnapshotPool]):
             )
             for s in states
         ]
-        return make_pool(self.case, states, slots_per_sequence, intermediate_states=staged)
+        return make_pool(
+            self.case,
+            states,
+            slots_per_sequence,
+            intermediate_states=staged,
+            shared_slots=shared_slots,
+        )
+
+    def fail_shared_saves(
+        self, pool: TorchSnapshotPool, predicate: Callable[[SsmPrefixSave], bool]
+    ) -> bool:
+        pool.fail_shared_when(predicate)
+        return True
 
     def set_intermediate(self, pool: TorchSnapshotPool, seq: int, values: list[int]) -> bool:
         assert len(values) == STAGED
@@ -582,3 +602,88 @@ def test_a_verify_steps_op_count_does_not_grow_with_the_rows(index_ops: bool) ->
         assert copies(many) <= 4 * tensors  # a gather and a scatter per tensor, per kind of copy
     else:
         assert many == ["aten._foreach_copy_.default"] * (2 * tensors)  # one per tensor and kind
+
+
+# -- shared slots (SPEC 13) ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_one_shared_slot_restores_bitwise_into_scattered_rows(case: Case) -> None:
+    # Several rows read one shared slot: the source rows repeat, which must not
+    # be taken for a range of source rows (rows [0, 0, 2] span three values).
+    skip_unavailable(case)
+    generator = torch.Generator().manual_seed(1)
+    states = make_states(case, 16, generator)
+    pool = make_pool(case, states, 1, shared_slots=3)
+    shared_rows = [4, 7, 12]
+    kept = [s.index_select(case.batch_dim, torch.tensor(shared_rows).to(s.device)) for s in states]
+    pool.save_shared([SsmPrefixSave(seq, k, 10 + k, 20 + k) for k, seq in enumerate(shared_rows)])
+    for state in states:
+        state.copy_(torch.randn(state.shape, generator=generator).to(state))
+    before = [s.clone() for s in states]
+    targets = {1: 0, 5: 0, 9: 2}  # row -> shared slot: rows no range, slots span 3 values
+    pool.restore_shared([SsmPrefixRestore(seq, k, 10 + k, 20 + k) for seq, k in targets.items()])
+    dim = case.batch_dim
+    for state, old, snap in zip(states, before, kept, strict=True):
+        for seq in range(16):
+            row = state.select(case.batch_dim, seq)
+            k = targets.get(seq)
+            expected = old.select(case.batch_dim, seq) if k is None else snap.select(dim, k)
+            assert torch.equal(as_bits(row.contiguous()), as_bits(expected.contiguous())), seq
+
+
+@pytest.mark.parametrize("index_ops", [False, True])
+def test_shared_copies_are_one_batched_copy_per_tensor_at_any_batch_size(index_ops: bool) -> None:
+    case = Case("cpu", torch.float32, 1, index_ops=index_ops)
+    pool = make_pool(case, make_states(case, 1_024), 2, shared_slots=1_024)
+    tensors = len(pool.live_states)
+    torch.manual_seed(0)
+    half = torch.randperm(1_024)[:512].tolist()
+    slots = torch.randperm(1_024)[:512].tolist()
+    tickets = iter(range(1, 10_000))
+
+    def saves(rows: list[int]) -> list[SsmPrefixSave]:
+        return [SsmPrefixSave(seq, slots[k], 3, next(tickets)) for k, seq in enumerate(rows)]
+
+    pool.save_shared(saves(half))  # warm: the row views, the scratch
+    counted = []
+    for rows in (half[:2], half):
+        batch = saves(rows)
+        reads = [SsmPrefixRestore(s.seq, s.slot, 3, s.ticket) for s in batch]
+        counted.append(count_ops(partial(pool.save_shared, batch)))
+        counted.append(count_ops(partial(pool.restore_shared, reads)))
+    # Many rows from one slot, and one row: the same ops.
+    one = saves(half[:1])
+    pool.save_shared(one)
+    fan = [SsmPrefixRestore(seq, one[0].slot, 3, one[0].ticket) for seq in half]
+    counted.append(count_ops(lambda: pool.restore_shared(fan)))
+    for ops in counted:
+        assert copies(ops) == (2 if index_ops else 1) * tensors, ops
+        assert not [op for op in ops if "empty" in op or "item" in op]  # nothing allocated, no sync
+
+
+def test_shared_slots_cost_what_a_ring_slot_of_one_row_costs() -> None:
+    states = make_states(Case("cpu", torch.bfloat16, 1), 8)
+    row_bytes = sum(s.numel() * s.element_size() for s in states) // 8
+    assert TorchSnapshotPool.bytes_needed(states, 2, batch_dim=1, shared_slots=5) == 21 * row_bytes
+    pool = TorchSnapshotPool(states, 2, batch_dim=1, shared_slots=5)
+    assert pool.nbytes == 21 * row_bytes
+    assert pool.shared_slots == 5
+    assert repr(pool).endswith("shared_slots=5)")
+    with pytest.raises(InvalidArgumentError, match="'shared_slots'"):
+        TorchSnapshotPool(states, 2, batch_dim=1, shared_slots=-1)
+    zero_rows = [torch.zeros(0, 4)]
+    assert TorchSnapshotPool.bytes_needed(zero_rows, 3, shared_slots=2) == 2 * 4 * 4
+
+
+def test_a_moved_live_tensor_refuses_shared_copies() -> None:
+    state = torch.zeros(4, 3)
+    pool = TorchSnapshotPool([state], 1, shared_slots=2)
+    pool.save_shared([SsmPrefixSave(0, 0, 1, 1)])
+    other = torch.zeros(4, 3)
+    state.set_(other.untyped_storage(), 0, other.shape, other.stride())
+    with pytest.raises(InvalidArgumentError, match="'live_states\\[0\\]' must still be"):
+        pool.restore_shared([SsmPrefixRestore(1, 0, 1, 1)])
+    with pytest.raises(InvalidArgumentError, match="'live_states\\[0\\]' must still be"):
+        pool.save_shared([SsmPrefixSave(1, 1, 1, 2)])
+    assert pool.stored_shared_ticket(1) is None

@@ -35,7 +35,14 @@ from ._errors import (
     StaleSnapshotError,
     UnknownSnapshotError,
 )
-from .pool import SaveOutcome, SlotTags, SnapshotPool, VerifyBufferPool, apply_effects
+from .pool import (
+    SaveOutcome,
+    SharedSnapshotPool,
+    SlotTags,
+    SnapshotPool,
+    VerifyBufferPool,
+    apply_effects,
+)
 from .rollback import (
     DeclineReason,
     ReplaySegment,
@@ -74,6 +81,7 @@ __all__ = [
     "RollbackPlan",
     "SaveBatch",
     "SaveOutcome",
+    "SharedSnapshotPool",
     "SlotTags",
     "SnapshotPool",
     "SsmDecodeRing",

@@ -105,10 +105,20 @@ class Copier:
         # slice copies pointers; ``list(range(...))`` makes an int per row).
         self._arange: list[int] = []
 
-    def move(self, source: RowSet, target: RowSet, src: list[int], dst: list[int]) -> None:
+    def move(
+        self,
+        source: RowSet,
+        target: RowSet,
+        src: list[int],
+        dst: list[int],
+        *,
+        src_unique: bool = True,
+    ) -> None:
         """For every tensor pair, copy row ``src[k]`` of the source into row ``dst[k]``.
 
-        ``dst`` holds no row twice (the batch checks refuse a row twice).
+        ``dst`` holds no row twice (the batch checks refuse a row twice);
+        ``src_unique=False`` says ``src`` may (a shared slot restored into
+        several rows), which only rules out reading the source rows as a range.
         """
         dim, count = self._dim, len(src)
         first, order = self._as_range(dst, src)
@@ -121,7 +131,7 @@ class Copier:
         if any(by_row):
             _each_row(source, target, src, dst, by_row)
         if not all(by_row):
-            self._by_index(source, target, src, dst, by_row)
+            self._by_index(source, target, src, dst, by_row, src_unique)
 
     def _as_range(self, rows: list[int], other: list[int]) -> tuple[int | None, list[int]]:
         """``(first, other in row order)`` if ``rows`` are a range in any order; else ``None, []``.
@@ -162,7 +172,13 @@ class Copier:
         return self._wide
 
     def _by_index(
-        self, source: RowSet, target: RowSet, src: list[int], dst: list[int], skip: list[bool]
+        self,
+        source: RowSet,
+        target: RowSet,
+        src: list[int],
+        dst: list[int],
+        skip: list[bool],
+        src_unique: bool = True,
     ) -> None:
         """Index ops for the tensors not in ``skip``: one each (source rows a range) or two."""
         dim, count = self._dim, len(src)
@@ -171,7 +187,7 @@ class Copier:
             for i, (s, t, done) in enumerate(zip(source.tensors, target.tensors, skip, strict=True))
             if not done
         ]
-        first, order = self._as_range(src, dst)
+        first, order = self._as_range(src, dst) if src_unique else (None, [])
         if first is not None:
             (index,) = self._indices(order)
             for _, s, t in pairs:

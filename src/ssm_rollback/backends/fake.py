@@ -5,10 +5,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import final
 
-from .._core.effect_dict import SaveBatch, SsmSnapshotRestore, SsmSnapshotSave, SsmStateAccept
+from .._core.effect_dict import (
+    SaveBatch,
+    SsmPrefixSave,
+    SsmSnapshotRestore,
+    SsmSnapshotSave,
+    SsmStateAccept,
+)
 from ..pool import SaveOutcome
 from ..pool._base import PoolBase
 from ..pool._batch_rules import CheckedAccepts, CheckedRestores, CheckedSaves
+from ..pool._shared_rules import CheckedSharedRestores, CheckedSharedSaves
 
 __all__ = ["FakeSnapshotPool"]
 
@@ -30,24 +37,40 @@ class FakeSnapshotPool(PoolBase):
     ``first_position + j`` tokens. Saves with a ``source`` copy from it,
     ``accept`` makes an entry live, and an index the list does not hold is
     refused with ``StaleSnapshotError``.
+
+    ``shared_slots`` shared slots (SPEC 13) make it a ``SharedSnapshotPool``:
+    ``save_shared`` / ``restore_shared`` copy ``live[seq]`` to and from them
+    (counted in ``shared_save_calls``, ``shared_restore_calls`` and
+    ``copies``), ``fail_shared_when`` makes shared saves fail.
     """
 
-    def __init__(self, num_sequences: int, slots_per_sequence: int) -> None:
-        super().__init__(num_sequences, slots_per_sequence)
+    def __init__(
+        self, num_sequences: int, slots_per_sequence: int, *, shared_slots: int = 0
+    ) -> None:
+        super().__init__(num_sequences, slots_per_sequence, shared_slots)
         self.live: list[object] = [None] * self.num_sequences
         self._stored: list[object] = [None] * (self.num_sequences * self.slots_per_sequence)
+        self._shared: list[object] = [None] * self.shared_slots
         self.intermediate: list[list[object]] = [[] for _ in range(self.num_sequences)]
         self.save_calls = 0
         self.restore_calls = 0
         self.accept_calls = 0
+        self.shared_save_calls = 0
+        self.shared_restore_calls = 0
         self.copies = 0
 
     def __repr__(self) -> str:
+        shared = ""
+        if self.shared_slots:
+            shared = (
+                f"shared_slots={self.shared_slots}, shared_save_calls={self.shared_save_calls}, "
+                f"shared_restore_calls={self.shared_restore_calls}, "
+            )
         return (
             f"FakeSnapshotPool(num_sequences={self.num_sequences}, "
             f"slots_per_sequence={self.slots_per_sequence}, save_calls={self.save_calls}, "
             f"restore_calls={self.restore_calls}, accept_calls={self.accept_calls}, "
-            f"copies={self.copies})"
+            f"{shared}copies={self.copies})"
         )
 
     def save(self, saves: Sequence[SsmSnapshotSave] | SaveBatch, /) -> SaveOutcome:
@@ -80,6 +103,23 @@ class FakeSnapshotPool(PoolBase):
         super()._accept_checked(checked)
         self.accept_calls += 1
 
+    def _save_shared_checked(
+        self, checked: CheckedSharedSaves, saves: Sequence[SsmPrefixSave], /
+    ) -> tuple[SsmPrefixSave, ...]:
+        failed = super()._save_shared_checked(checked, saves)
+        self.shared_save_calls += 1
+        return failed
+
+    def _restore_shared_checked(self, checked: CheckedSharedRestores, /) -> None:
+        super()._restore_shared_checked(checked)
+        self.shared_restore_calls += 1
+
+    def stored_shared_value(self, slot: int) -> object:
+        """The value shared ``slot`` holds (``None`` when it holds nothing)."""
+        if self._tags.stored_shared_ticket(slot) is None:
+            return None
+        return self._shared[slot]
+
     def stored_value(self, seq: int, slot: int) -> object:
         """The value snapshot ``(seq, slot)`` holds (``None`` when it holds nothing)."""
         if self._tags.stored_ticket(seq, slot) is None:
@@ -96,6 +136,18 @@ class FakeSnapshotPool(PoolBase):
         stored, live = self._stored, self.live
         for seq, i in zip(rows, flat, strict=True):
             live[seq] = stored[i]
+        self.copies += len(rows)
+
+    def _copy_shared_saves(self, rows: list[int], slots: list[int]) -> None:
+        shared, live = self._shared, self.live
+        for seq, slot in zip(rows, slots, strict=True):
+            shared[slot] = live[seq]
+        self.copies += len(rows)
+
+    def _copy_shared_restores(self, rows: list[int], slots: list[int]) -> None:
+        shared, live = self._shared, self.live
+        for seq, slot in zip(rows, slots, strict=True):
+            live[seq] = shared[slot]
         self.copies += len(rows)
 
     def _intermediate_count(self, seq: int) -> int:

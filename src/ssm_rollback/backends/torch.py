@@ -18,6 +18,7 @@ device with ``non_blocking=True`` from pinned memory.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import final
 
@@ -61,6 +62,11 @@ class TorchSnapshotPool(PoolBase):
     per row right after ``batch_dim``; index ``j`` of a row is its state
     after ``first_position + j`` tokens. With them the pool also copies
     intermediate-sourced saves and ``SsmStateAccept``, batched.
+
+    ``shared_slots`` (SPEC 13) allocates that many shared slots beside the
+    ring slots, each one row of every live tensor: ``save_shared`` and
+    ``restore_shared`` copy prefix snapshots to and from them, one batched
+    copy per state tensor per call, as ring copies are.
     """
 
     def __init__(
@@ -70,11 +76,13 @@ class TorchSnapshotPool(PoolBase):
         *,
         batch_dim: int = 0,
         intermediate_states: Sequence[torch.Tensor] | None = None,
+        shared_slots: int = 0,
     ) -> None:
         batch_dim = _batch_dim(batch_dim)
         slots = check_non_negative_int("slots_per_sequence", slots_per_sequence)
+        shared = check_non_negative_int("shared_slots", shared_slots)
         rows = check_live_states(live_states, batch_dim)
-        super().__init__(rows, slots)
+        super().__init__(rows, slots, shared)
         self._live: tuple[torch.Tensor, ...] = tuple(live_states)
         self._depth = 0
         self._intermediate: tuple[torch.Tensor, ...] = ()
@@ -90,16 +98,25 @@ class TorchSnapshotPool(PoolBase):
                 torch.empty(_storage_shape(t, batch_dim, slots), dtype=t.dtype, device=t.device)
                 for t in self._live
             )
+            self._shared: tuple[torch.Tensor, ...] = tuple(
+                torch.empty(_shared_shape(t, batch_dim, shared), dtype=t.dtype, device=t.device)
+                for t in self._live
+            )
         except (RuntimeError, MemoryError) as error:  # torch.OutOfMemoryError is a RuntimeError
-            needed = slots * sum(t.numel() * t.element_size() for t in self._live)
+            needed = _bytes_needed(self._live, batch_dim, slots, shared)
             raise InvalidArgumentError(
-                f"'slots_per_sequence' must leave snapshot storage that fits on {self._device}, "
-                f"got {slots} slots needing {needed} bytes: {error}"
+                f"'slots_per_sequence' and 'shared_slots' must leave snapshot storage that fits "
+                f"on {self._device}, got {slots} slots per row and {shared} shared slots "
+                f"needing {needed} bytes: {error}"
             ) from None
         views = [self._views(i, batch_dim) for i in range(len(self._live))]
         self._live_rows = RowSet([v[0] for v in views], batch_dim)
         self._storage_rows = RowSet([v[1] for v in views], batch_dim)
-        self._intermediate_rows = RowSet([v[2] for v in views if len(v) == 3], batch_dim)
+        # Shared storage joins the row views only when it has rows: an empty
+        # tensor has no row view, and would make every tensor fall back to its own dtype.
+        self._shared_rows = RowSet([v[2] for v in views] if shared else [], batch_dim)
+        staged = 3 if shared else 2
+        self._intermediate_rows = RowSet([v[staged] for v in views if len(v) > staged], batch_dim)
         self._copier = Copier(self._live_rows.tensors, batch_dim)
         # One context for every copy: making a ``no_grad`` costs about a
         # microsecond, as much as a small step's bookkeeping per row. Copies
@@ -108,6 +125,8 @@ class TorchSnapshotPool(PoolBase):
 
     def _views(self, i: int, batch_dim: int) -> list[torch.Tensor]:
         tensors = [self._live[i], self._storage[i]]
+        if self.shared_slots:
+            tensors.append(self._shared[i])
         if self._intermediate:
             buffer = self._intermediate[i]
             shape = list(buffer.shape)
@@ -127,17 +146,26 @@ class TorchSnapshotPool(PoolBase):
 
     @staticmethod
     def bytes_needed(
-        live_states: Sequence[torch.Tensor], slots_per_sequence: int, *, batch_dim: int = 0
+        live_states: Sequence[torch.Tensor],
+        slots_per_sequence: int,
+        *,
+        batch_dim: int = 0,
+        shared_slots: int = 0,
     ) -> int:
-        """Bytes a pool over ``live_states`` with this many slots would allocate (plan first)."""
+        """Bytes a pool over ``live_states`` with these slots would allocate (plan first).
+
+        A shared slot costs what one row's ring slot costs.
+        """
         slots = check_non_negative_int("slots_per_sequence", slots_per_sequence)
-        check_live_states(live_states, _batch_dim(batch_dim))
-        return slots * sum(t.numel() * t.element_size() for t in live_states)
+        shared = check_non_negative_int("shared_slots", shared_slots)
+        batch_dim = _batch_dim(batch_dim)
+        check_live_states(live_states, batch_dim)
+        return _bytes_needed(live_states, batch_dim, slots, shared)
 
     @property
     def nbytes(self) -> int:
-        """Bytes of snapshot storage this pool allocated."""
-        return sum(s.numel() * s.element_size() for s in self._storage)
+        """Bytes of snapshot storage this pool allocated (ring and shared slots)."""
+        return sum(s.numel() * s.element_size() for s in (*self._storage, *self._shared))
 
     @property
     def batch_dim(self) -> int:
@@ -164,7 +192,8 @@ class TorchSnapshotPool(PoolBase):
             f"TorchSnapshotPool(num_sequences={self.num_sequences}, "
             f"slots_per_sequence={self.slots_per_sequence}, tensors={len(self._live)}, "
             f"batch_dim={self._batch_dim}, device={self._device}, nbytes={self.nbytes}, "
-            f"intermediate_states={self._depth})"
+            f"intermediate_states={self._depth}"
+            f"{f', shared_slots={self.shared_slots}' if self.shared_slots else ''})"
         )
 
     # -- copies ----------------------------------------------------------------
@@ -210,6 +239,16 @@ class TorchSnapshotPool(PoolBase):
         with self._no_grad:
             self._copier.move(self._storage_rows, self._live_rows, flat, rows)
 
+    def _copy_shared_saves(self, rows: list[int], slots: list[int]) -> None:
+        with torch.no_grad():
+            self._copier.move(self._live_rows, self._shared_rows, rows, slots)
+
+    def _copy_shared_restores(self, rows: list[int], slots: list[int]) -> None:
+        # Several rows may read one shared slot: the source rows may repeat.
+        unique = len(set(slots)) == len(slots)
+        with torch.no_grad():
+            self._copier.move(self._shared_rows, self._live_rows, slots, rows, src_unique=unique)
+
     def _copy_intermediate_saves(
         self, rows: list[int], flat: list[int], indices: list[int]
     ) -> None:
@@ -229,3 +268,18 @@ def _storage_shape(live: torch.Tensor, batch_dim: int, slots: int) -> tuple[int,
     shape = list(live.shape)
     shape[batch_dim] *= slots
     return tuple(shape)
+
+
+def _shared_shape(live: torch.Tensor, batch_dim: int, shared: int) -> tuple[int, ...]:
+    shape = list(live.shape)
+    shape[batch_dim] = shared
+    return tuple(shape)
+
+
+def _bytes_needed(live: Sequence[torch.Tensor], batch_dim: int, slots: int, shared: int) -> int:
+    """Bytes of ``slots`` ring slots per row and ``shared`` shared slots over ``live``."""
+    total = 0
+    for t in live:
+        row = math.prod(size for dim, size in enumerate(t.shape) if dim != batch_dim)
+        total += (slots * t.shape[batch_dim] + shared) * row * t.element_size()
+    return total

@@ -10,9 +10,11 @@ received (``SlotTags``, shared by all backends), so a restore of a slot that
 holds another ticket, or nothing, raises ``StaleSnapshotError`` before
 copying anything: a bookkeeping bug can never silently restore the wrong
 state. Optional capabilities are protocols of their own
-(``VerifyBufferPool``).
+(``VerifyBufferPool``; ``SharedSnapshotPool`` for the shared slots of prefix
+snapshots, SPEC 13).
 ``apply_effects`` runs a step's effects through a pool and discards failed
-saves from their rings, so no ring ever points at a slot that was not written.
+saves from their rings (and failed shared saves from the prefix index), so
+nothing ever points at a slot that was not written.
 """
 
 from __future__ import annotations
@@ -20,18 +22,29 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import cast
 
-from .._core.effect_dict import Effect, SsmSnapshotSave
+from .._core.effect_dict import Effect, SsmPrefixSave, SsmSnapshotSave
+from .._core.prefix import PrefixSnapshotIndex
 from .._core.ring import SsmDecodeRing
 from .._errors import InvalidArgumentTypeError
 from ._base import TaggedPool
-from ._batch_rules import BatchChecks, CheckedRestores, CheckedSaves
-from ._protocols import Rings, SaveOutcome, SnapshotPool, VerifyBufferPool, verify_buffers
-from ._runs import check_runs, ring_lookup, runs_of
+from ._batch_rules import CheckedRestores, CheckedSaves
+from ._protocols import (
+    Rings,
+    SaveOutcome,
+    SharedSnapshotPool,
+    SnapshotPool,
+    VerifyBufferPool,
+    shared_buffers,
+    verify_buffers,
+)
+from ._runs import Run, check_runs, ring_lookup, runs_of
+from ._shared_rules import CheckedSharedRestores, CheckedSharedSaves, SharedChecks
 from ._slot_tags import PoolTagsView, SlotTags
 
 __all__ = [
     "Rings",
     "SaveOutcome",
+    "SharedSnapshotPool",
     "SlotTags",
     "SnapshotPool",
     "VerifyBufferPool",
@@ -49,39 +62,56 @@ def _check_pool(pool: object) -> SnapshotPool:
     return cast(SnapshotPool, pool)
 
 
-def apply_effects(pool: SnapshotPool, effects: Iterable[Effect], rings: Rings) -> SaveOutcome:
+def apply_effects(
+    pool: SnapshotPool,
+    effects: Iterable[Effect],
+    rings: Rings,
+    *,
+    prefix_index: PrefixSnapshotIndex | None = None,
+) -> SaveOutcome:
     """Run a step's effects through ``pool`` in order; discard failed saves from their rings.
 
     Consecutive saves (single ones and ``SaveBatch`` es) go to the pool as
     one ``save`` call, consecutive restores as one ``restore`` call,
     consecutive ``SsmStateAccept`` s as one ``accept`` call (the pool must
     be a ``VerifyBufferPool`` for those, and for saves from intermediate
-    states). Every effect is checked before the first copy, once, by the
-    pool's batch rules (``SlotTags``; for a pool that implements only the
-    protocol, the same rules over its ``num_sequences``,
-    ``slots_per_sequence`` and ``stored_*``) - its row and slot, each row's
-    state and each slot at most once per call, each restore against what its
-    slot will hold once the saves before it are written, each accept and
+    states), consecutive ``SsmPrefixSave`` s as one ``save_shared`` and
+    ``SsmPrefixRestore`` s as one ``restore_shared`` call (the pool must be
+    a ``SharedSnapshotPool`` for those). Every effect is checked before the
+    first copy, once, by the pool's batch rules (``SlotTags``; for a pool
+    that implements only the protocols, the same rules over its
+    ``num_sequences``, ``slots_per_sequence``, ``shared_slots`` and
+    ``stored_*``) - its row and slot, each row's state and each slot at most
+    once per call, each restore against what its slot (ring or shared) will
+    hold once the saves before it are written, each accept and
     intermediate-sourced save against the intermediate states the pool
     holds - and a ring for every saved row; a bad one raises, naming
     ``effects[i]``, with nothing copied. A save that fails is discarded from
-    ``rings[save.seq]``, so no ring points at a slot that was not written; a
+    ``rings[save.seq]``, and a shared save that fails from ``prefix_index``
+    (when given), so nothing points at a slot that was not written; a
     restore that needed it then raises ``StaleSnapshotError`` when its batch
     comes, after the batches before it were applied. Returns every failed
-    save.
+    save (``failed``) and shared save (``failed_shared``).
     """
     # A pool built on PoolBase checks against its own SlotTags and copies
     # what they checked: each batch is checked here, once, and trusted there.
     tagged = cast(TaggedPool, pool) if issubclass(type(pool), TaggedPool) else None
     if tagged is None:
         pool = _check_pool(pool)
+    if prefix_index is not None and not isinstance(prefix_index, PrefixSnapshotIndex):
+        raise InvalidArgumentTypeError(
+            f"'prefix_index' must be a PrefixSnapshotIndex or None, got "
+            f"{type(prefix_index).__name__}"
+        )
     ring_for = ring_lookup(rings)
     runs = runs_of(effects)
-    checks: BatchChecks = PoolTagsView(pool) if tagged is None else tagged._slot_tags()
+    checks: SharedChecks = PoolTagsView(pool) if tagged is None else tagged._slot_tags()
     if any(run.accepts for run in runs):
         verify_buffers(pool, "SsmStateAccept effects")
+    shared = _shared_pool(pool, runs) if tagged is None else None
     checked = check_runs(checks, runs, rings, _staged_counts(pool, tagged))
     failed: list[SsmSnapshotSave] = []
+    failed_shared: list[SsmPrefixSave] = []
     for run, batch in zip(runs, checked, strict=True):
         if isinstance(batch, CheckedSaves):
             if tagged is not None:
@@ -100,11 +130,41 @@ def apply_effects(pool: SnapshotPool, effects: Iterable[Effect], rings: Rings) -
                 tagged._restore_checked(checks.check_restores(run.restores, run.names()))
             else:
                 tagged._restore_checked(batch)
+        elif isinstance(batch, CheckedSharedSaves):
+            if tagged is not None:
+                lost_shared = tagged._save_shared_checked(batch, run.shared_saves)
+            else:
+                outcome = cast(SharedSnapshotPool, shared).save_shared(run.shared_saves)
+                lost_shared = outcome.failed_shared
+            for prefix_save in lost_shared:
+                _forget_prefix(prefix_index, prefix_save)
+            failed_shared.extend(lost_shared)
+        elif isinstance(batch, CheckedSharedRestores):
+            if failed_shared:  # as for ring restores: a failed shared save holds nothing
+                batch = checks.check_shared_restores(run.shared_restores, run.names())
+            if tagged is None:
+                cast(SharedSnapshotPool, shared).restore_shared(run.shared_restores)
+            else:
+                tagged._restore_shared_checked(batch)
         elif tagged is not None:
             tagged._accept_checked(batch)
         else:
             verify_buffers(pool, "SsmStateAccept effects").accept(run.accepts)
-    return SaveOutcome(tuple(failed))
+    return SaveOutcome(tuple(failed), tuple(failed_shared))
+
+
+def _shared_pool(pool: SnapshotPool, runs: list[Run]) -> SharedSnapshotPool | None:
+    """``pool`` as a ``SharedSnapshotPool`` if a run holds prefix effects (refused if none).
+
+    Asked of a third-party pool only: one on ``PoolBase`` is one by construction,
+    and the runtime protocol check walks every member (microseconds).
+    """
+    for run in runs:
+        prefix = run.shared_saves or run.shared_restores
+        if prefix:
+            kind = type(prefix[0]).__name__
+            return shared_buffers(pool, f"'effects[{run.first}]' (an {kind})")
+    return None
 
 
 def _staged_counts(
@@ -126,3 +186,15 @@ def _forget(ring: SsmDecodeRing | None, save: SsmSnapshotSave) -> None:
     entry = ring.entry_for(save.token_position)
     if entry is not None and entry.ticket == save.ticket and entry.snapshot_slot == save.slot:
         ring.discard(save.token_position)
+
+
+def _forget_prefix(index: PrefixSnapshotIndex | None, save: SsmPrefixSave) -> None:
+    # The index may already have moved on (the entry was evicted or discarded,
+    # its slot given to another prefix with another ticket): then nothing
+    # points at what the failed save was for.
+    if index is None:
+        return
+    for entry in index.entries():
+        if entry.slot == save.slot and entry.ticket == save.ticket:
+            index.discard(entry)
+            return

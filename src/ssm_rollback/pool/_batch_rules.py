@@ -25,7 +25,8 @@ over the elements runs only to name a bad one. What passes comes back as
 plain lists (``CheckedSaves`` and friends) that a pool copies and tags from
 without looking again.
 
-``BatchChecks`` holds the rules over a pool's shape and is all of them: a
+``BatchChecks`` holds the rules over a pool's shape (``SharedChecks``, in
+``_shared_rules``, extends them to the shared slots) and is all of them: a
 pool's ``SlotTags`` (``_slot_tags``) is a ``BatchChecks`` with the record of
 what each slot holds, and ``PoolTagsView`` one that reads that record through
 a third-party pool's ``stored_position`` / ``stored_ticket``, so
@@ -52,6 +53,7 @@ __all__ = [
     "IndexTable",
     "Names",
     "Staged",
+    "check_kinds",
 ]
 
 #: ``staged(seq)``: how many intermediate states row ``seq``'s buffer holds now.
@@ -113,7 +115,7 @@ class IndexTable(Protocol):
 
 
 class BatchChecks:
-    """Rules 1-5 over a pool's shape; a subclass says what each slot holds (``_held``)."""
+    """Rules 1-6 over a pool's shape; a subclass says what each slot holds (``_held``)."""
 
     _num_sequences: int
     _slots_per_sequence: int
@@ -145,7 +147,7 @@ class BatchChecks:
             columns = (saves.seqs, saves.slots, saves.positions, saves.tickets)
             seqs, slots, positions, tickets = map(list, columns)
         else:
-            _check_kinds(saves, SsmSnapshotSave, names)
+            check_kinds(saves, SsmSnapshotSave, names)
             seqs, slots = [s.seq for s in saves], [s.slot for s in saves]
             positions, tickets = [s.token_position for s in saves], [s.ticket for s in saves]
             sources = [LIVE if s.source is None else s.source for s in saves]
@@ -197,7 +199,7 @@ class BatchChecks:
         ``pending`` maps a flat index to the ``(position, ticket)`` its slot
         will hold once saves that come first in the same step are written.
         """
-        _check_kinds(restores, SsmSnapshotRestore, names)
+        check_kinds(restores, SsmSnapshotRestore, names)
         seqs, slots = [r.seq for r in restores], [r.slot for r in restores]
         flat = self._flat(seqs, slots)
         if flat is None or not _distinct(seqs, slots, None):
@@ -220,7 +222,7 @@ class BatchChecks:
         staged: Staged | None = None,
     ) -> CheckedAccepts:
         """Rules 1, 2 and 4 (with ``staged``) for a sequence of ``SsmStateAccept``."""
-        _check_kinds(accepts, SsmStateAccept, names)
+        check_kinds(accepts, SsmStateAccept, names)
         seqs, indices = [a.seq for a in accepts], [a.index for a in accepts]
         if seqs and (max(seqs) >= self._num_sequences or len(set(seqs)) != len(seqs)):
             self._name_bad(seqs, None, None, names)
@@ -295,7 +297,7 @@ class BatchChecks:
         raise AssertionError(f"the fast check refused '{names.batch}', yet every element passes")
 
 
-def _check_kinds(batch: object, kind: type, names: Names) -> None:
+def check_kinds(batch: object, kind: type, names: Names) -> None:
     """``batch`` is a sequence of exactly ``kind`` (C speed; the loop only names a stranger)."""
     if not isinstance(batch, Sequence):
         raise InvalidArgumentTypeError(

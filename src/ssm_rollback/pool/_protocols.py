@@ -2,11 +2,11 @@
 
 ``SnapshotPool`` is what every pool implements. An optional capability is a
 protocol of its own that extends it - ``VerifyBufferPool`` for the
-intermediate buffers of a speculative verify step - and ``apply_effects``
-asks ``isinstance(pool, <capability>)`` only when a step needs it, through
-one function per capability that raises a library error naming what needed
-it. A new capability (SPEC 13's shared slots) is one more protocol here and
-one more such function.
+intermediate buffers of a speculative verify step, ``SharedSnapshotPool`` for
+the shared slots of prefix snapshots (SPEC 13) - and ``apply_effects`` asks
+``isinstance(pool, <capability>)`` only when a step needs it, through one
+function per capability (``verify_buffers``, ``shared_buffers``) that raises
+a library error naming what needed it.
 """
 
 from __future__ import annotations
@@ -16,23 +16,42 @@ from typing import Protocol, TypeAlias, runtime_checkable
 
 import attrs
 
-from .._core.effect_dict import SaveBatch, SsmSnapshotRestore, SsmSnapshotSave, SsmStateAccept
+from .._core.effect_dict import (
+    SaveBatch,
+    SsmPrefixRestore,
+    SsmPrefixSave,
+    SsmSnapshotRestore,
+    SsmSnapshotSave,
+    SsmStateAccept,
+)
 from .._core.ring import SsmDecodeRing
 from .._errors import InvalidArgumentTypeError
 
-__all__ = ["Rings", "SaveOutcome", "SnapshotPool", "VerifyBufferPool", "verify_buffers"]
+__all__ = [
+    "Rings",
+    "SaveOutcome",
+    "SharedSnapshotPool",
+    "SnapshotPool",
+    "VerifyBufferPool",
+    "shared_buffers",
+    "verify_buffers",
+]
 
 
 @attrs.frozen
 class SaveOutcome:
-    """What a batched ``save`` did: ``failed`` lists the saves that did not happen."""
+    """What a batched save did: the ring saves (``failed``) and shared saves that did not happen.
+
+    A failed save leaves its slot holding nothing: no restore of it copies.
+    """
 
     failed: tuple[SsmSnapshotSave, ...] = ()
+    failed_shared: tuple[SsmPrefixSave, ...] = ()
 
     @property
     def ok(self) -> bool:
         """True when every save happened."""
-        return not self.failed
+        return not self.failed and not self.failed_shared
 
 
 @runtime_checkable
@@ -94,6 +113,38 @@ class VerifyBufferPool(SnapshotPool, Protocol):
         ...
 
 
+@runtime_checkable
+class SharedSnapshotPool(SnapshotPool, Protocol):
+    """A pool that also holds ``shared_slots`` snapshots shared across rows (SPEC 13).
+
+    The shared slots are a region apart from every row's ring slots, each as
+    large as a ring slot; ``PrefixSnapshotIndex`` decides what they hold.
+    ``save_shared`` copies each save's live row into its shared slot (a
+    failed one leaves the slot holding nothing); ``restore_shared`` copies a
+    shared slot into each restore's live row - several rows may read one
+    slot - only when the slot holds exactly the restore's ticket, otherwise
+    ``StaleSnapshotError`` and nothing is copied. Both are batched: one copy
+    per state tensor per call.
+    """
+
+    @property
+    def shared_slots(self) -> int:
+        """Shared slots the pool holds (0: none; every prefix effect is refused)."""
+        ...
+
+    def save_shared(self, saves: Sequence[SsmPrefixSave], /) -> SaveOutcome:
+        """Copy each save's live row into its shared slot; report failures in ``failed_shared``."""
+        ...
+
+    def restore_shared(self, restores: Sequence[SsmPrefixRestore], /) -> None:
+        """Copy each restore's shared slot into its live row, or raise and copy nothing."""
+        ...
+
+    def stored_shared_ticket(self, slot: int) -> int | None:
+        """The ticket of the save shared ``slot`` holds; ``None`` if nothing."""
+        ...
+
+
 Rings: TypeAlias = Sequence[SsmDecodeRing] | Mapping[int, SsmDecodeRing]
 """The scheduler's rings, indexed by ``seq``: a list by row, or a mapping from row."""
 
@@ -109,4 +160,17 @@ def verify_buffers(pool: SnapshotPool, what: str) -> VerifyBufferPool:
     raise InvalidArgumentTypeError(
         f"'pool' must be a VerifyBufferPool (with accept() and intermediate_count()) for "
         f"{what}, got {type(pool).__name__}"
+    )
+
+
+def shared_buffers(pool: SnapshotPool, what: str) -> SharedSnapshotPool:
+    """``pool`` as a ``SharedSnapshotPool``, or a library error naming ``what`` needed one.
+
+    Asked only when a step holds prefix effects, as ``verify_buffers`` is.
+    """
+    if isinstance(pool, SharedSnapshotPool):
+        return pool
+    raise InvalidArgumentTypeError(
+        f"'pool' must be a SharedSnapshotPool (with save_shared(), restore_shared(), "
+        f"stored_shared_ticket() and shared_slots) for {what}, got {type(pool).__name__}"
     )

@@ -1,12 +1,13 @@
 """How ``apply_effects`` splits a step's effects into pool calls and has each checked once.
 
-Consecutive effects of one kind form a run: one ``save``, ``restore`` or
-``accept`` call. Every run is checked before the first copy by the pool's
-own ``BatchChecks`` (its ``SlotTags``, or a ``PoolTagsView`` of a
-third-party pool): the rules live there, and here only what is
+Consecutive effects of one kind form a run: one ``save``, ``restore``,
+``accept``, ``save_shared`` or ``restore_shared`` call. Every run is checked
+before the first copy by the pool's own ``SharedChecks`` (its ``SlotTags``,
+or a ``PoolTagsView`` of a third-party pool): the rules live there, and here
+only what is
 ``apply_effects``' own - which effect each row came from (``Names``), a ring
-for every saved row, and what slots will hold once the saves before a
-restore in the same step are written.
+for every saved row, and what ring and shared slots will hold once the
+saves before a restore in the same step are written.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import attrs
 from .._core.effect_dict import (
     Effect,
     SaveBatch,
+    SsmPrefixRestore,
+    SsmPrefixSave,
     SsmSnapshotRestore,
     SsmSnapshotSave,
     SsmStateAccept,
@@ -28,28 +31,33 @@ from .._core.effect_dict import (
 from .._core.ring import SsmDecodeRing
 from .._core.save_batch import LIVE
 from .._errors import InvalidArgumentError, InvalidArgumentTypeError
-from ._batch_rules import BatchChecks, CheckedAccepts, CheckedRestores, CheckedSaves, Names
+from ._batch_rules import CheckedAccepts, CheckedRestores, CheckedSaves, Names
 from ._protocols import Rings
+from ._shared_rules import CheckedSharedRestores, CheckedSharedSaves, SharedChecks
 
 __all__ = ["Checked", "Run", "check_runs", "ring_lookup", "runs_of"]
 
 #: One run, checked: what the pool's trusted path copies.
-Checked = CheckedSaves | CheckedRestores | CheckedAccepts
+Checked = (
+    CheckedSaves | CheckedRestores | CheckedAccepts | CheckedSharedSaves | CheckedSharedRestores
+)
 
 
 @attrs.define
 class Run:
     """Consecutive effects of one kind, from ``effects[first]`` on: one call to the pool.
 
-    Two of the three lists are empty. A save run keeps its pieces - single
-    saves and whole ``SaveBatch`` es - as given; ``columns()`` lays them out
-    as the columns the checks take.
+    One of the lists holds the run, the others are empty. A save run keeps
+    its pieces - single saves and whole ``SaveBatch`` es - as given;
+    ``columns()`` lays them out as the columns the checks take.
     """
 
     first: int
     saves: list[SsmSnapshotSave | SaveBatch] = attrs.field(factory=list)
     restores: list[SsmSnapshotRestore] = attrs.field(factory=list)
     accepts: list[SsmStateAccept] = attrs.field(factory=list)
+    shared_saves: list[SsmPrefixSave] = attrs.field(factory=list)
+    shared_restores: list[SsmPrefixRestore] = attrs.field(factory=list)
     #: How many of ``saves`` are whole ``SaveBatch`` es (counted as they come, not rescanned).
     batches: int = 0
 
@@ -155,16 +163,26 @@ def runs_of(effects: Iterable[Effect]) -> list[Run]:
                 runs.append(Run(i))
                 kind, add_save = SsmStateAccept, None
             runs[-1].accepts.append(effect)
+        elif isinstance(effect, SsmPrefixSave):
+            if kind is not SsmPrefixSave:
+                runs.append(Run(i))
+                kind, add_save = SsmPrefixSave, None
+            runs[-1].shared_saves.append(effect)
+        elif isinstance(effect, SsmPrefixRestore):
+            if kind is not SsmPrefixRestore:
+                runs.append(Run(i))
+                kind, add_save = SsmPrefixRestore, None
+            runs[-1].shared_restores.append(effect)
         else:
             raise InvalidArgumentTypeError(
-                f"'effects[{i}]' must be an SsmSnapshotSave, SaveBatch, SsmSnapshotRestore or "
-                f"SsmStateAccept, got {effect!r}"
+                f"'effects[{i}]' must be an SsmSnapshotSave, SaveBatch, SsmSnapshotRestore, "
+                f"SsmStateAccept, SsmPrefixSave or SsmPrefixRestore, got {effect!r}"
             )
     return runs
 
 
 def check_runs(
-    checks: BatchChecks,
+    checks: SharedChecks,
     runs: list[Run],
     rings: Rings,
     staged: Callable[[str], Callable[[int], int]],
@@ -177,6 +195,8 @@ def check_runs(
     """
     # flat slot index -> (position, ticket) it will hold once the earlier saves ran.
     pending: dict[int, tuple[int, int]] = {}
+    # shared slot -> (length, ticket), the same for the shared slots.
+    shared: dict[int, tuple[int, int]] = {}
     has_restores = any(run.restores for run in runs)
     checked: list[Checked] = []
     for run in runs:
@@ -204,6 +224,13 @@ def check_runs(
             checked.append(saves)
         elif run.restores:
             checked.append(checks.check_restores(run.restores, names, pending))
+        elif run.shared_saves:
+            saved = checks.check_shared_saves(run.shared_saves, names, shared)
+            tags = zip(saved.lengths, saved.tickets, strict=True)
+            shared.update(zip(saved.slots, tags, strict=True))
+            checked.append(saved)
+        elif run.shared_restores:
+            checked.append(checks.check_shared_restores(run.shared_restores, names, shared))
         else:
             counts = staged("SsmStateAccept effects")
             checked.append(checks.check_accepts(run.accepts, names, counts))

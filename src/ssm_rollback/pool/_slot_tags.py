@@ -2,22 +2,24 @@
 
 ``SlotTags`` keeps, for every ``(seq, slot)``, the position and the ticket
 (SPEC 7) of the save that last wrote it, and owns the flat index
-``seq * slots_per_sequence + slot`` with its bounds. It is a
-``BatchChecks``: the per-batch rules (``_batch_rules``) check against this
-record directly. ``PoolTagsView`` is the same rules over the record a
-third-party pool reports.
+``seq * slots_per_sequence + slot`` with its bounds; and for every shared
+slot of prefix snapshots (SPEC 13) the length and ticket it holds. It is a
+``SharedChecks``: the per-batch rules (``_batch_rules``, ``_shared_rules``)
+check against this record directly. ``PoolTagsView`` is the same rules over
+the record a third-party pool reports.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import final
+from typing import cast, final
 
 import attrs
 
 from .._errors import InvalidArgumentError, check_non_negative_int
-from ._batch_rules import BatchChecks, IndexTable
-from ._protocols import SnapshotPool
+from ._batch_rules import IndexTable
+from ._protocols import SharedSnapshotPool, SnapshotPool
+from ._shared_rules import SharedChecks, SharedHeld
 
 __all__ = ["PoolTagsView", "SlotIndex", "SlotTags"]
 
@@ -30,26 +32,43 @@ def _slots_arg(value: int) -> int:
     return check_non_negative_int("slots_per_sequence", value)
 
 
+def _shared_arg(value: int) -> int:
+    return check_non_negative_int("shared_slots", value)
+
+
 @final
 @attrs.define(eq=False, repr=False, on_setattr=attrs.setters.NO_OP)
-class SlotTags(BatchChecks):
+class SlotTags(SharedChecks):
     """Which position and ticket each ``(seq, slot)`` holds: the stale-restore guard of every pool.
 
     A backend checks a batch (``check_saves``, ``check_restores``,
-    ``check_accepts``: rules 1-5, raising and changing nothing on bad or
+    ``check_accepts``: rules 1-6, raising and changing nothing on bad or
     stale input) before it copies anything, then ``commit`` s the saves it
     made. It owns the flat index ``seq * slots_per_sequence + slot``.
+    ``shared_slots`` shared slots (SPEC 13) are kept the same way:
+    ``check_shared_saves`` / ``check_shared_restores``, then ``commit_shared``.
     """
 
     _num_sequences: int = attrs.field(converter=_num_sequences_arg)
     _slots_per_sequence: int = attrs.field(converter=_slots_arg)
+    _shared_slots: int = attrs.field(default=0, kw_only=True, converter=_shared_arg)
     _positions: list[int | None] = attrs.field(init=False)
     _tickets: list[int | None] = attrs.field(init=False)
     _slot_index: IndexTable = attrs.field(init=False)
     # The largest ticket ever committed: no slot holds a larger one (rule 6's shortcut).
     _newest_ticket: int = attrs.field(init=False, default=-1)
+    _shared_lengths: list[int | None] = attrs.field(init=False)
+    _shared_tickets: list[int | None] = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
+        try:
+            self._shared_lengths = [None] * self._shared_slots
+            self._shared_tickets = [None] * self._shared_slots
+        except (MemoryError, OverflowError):
+            raise InvalidArgumentError(
+                f"'shared_slots' must be a slot count this process can hold, "
+                f"got {self._shared_slots}"
+            ) from None
         count = self._num_sequences * self._slots_per_sequence
         try:
             self._positions = [None] * count
@@ -70,9 +89,13 @@ class SlotTags(BatchChecks):
 
     def __repr__(self) -> str:
         held = sum(tag is not None for tag in self._tickets)
+        shared = ""
+        if self._shared_slots:
+            shared_held = sum(tag is not None for tag in self._shared_tickets)
+            shared = f", shared_slots={self._shared_slots}, shared_held={shared_held}"
         return (
             f"SlotTags(num_sequences={self._num_sequences}, "
-            f"slots_per_sequence={self._slots_per_sequence}, held={held})"
+            f"slots_per_sequence={self._slots_per_sequence}, held={held}{shared})"
         )
 
     def index(self, seq: int, slot: int) -> int:
@@ -118,6 +141,48 @@ class SlotTags(BatchChecks):
         for i in flat:
             positions[i] = tickets[i] = None
 
+    # -- shared slots (SPEC 13) -------------------------------------------------------
+
+    def shared_index(self, slot: int) -> int:
+        """``slot`` itself, once checked to be a shared slot of the pool (rule 1)."""
+        slot = check_non_negative_int("slot", slot)
+        if slot >= self._shared_slots:
+            raise InvalidArgumentError(
+                f"'slot' must be < the pool's shared_slots {self._shared_slots}, got {slot}"
+            )
+        return slot
+
+    def stored_shared_length(self, slot: int) -> int | None:
+        """The length shared ``slot`` holds, or ``None``; a slot out of range raises."""
+        return self._shared_lengths[self.shared_index(slot)]
+
+    def stored_shared_ticket(self, slot: int) -> int | None:
+        """The ticket of the save shared ``slot`` holds, or ``None``; out of range raises."""
+        return self._shared_tickets[self.shared_index(slot)]
+
+    def commit_shared(
+        self,
+        slots: Sequence[int],
+        lengths: Sequence[int],
+        tickets: Sequence[int],
+        failed: Sequence[int] = (),
+    ) -> None:
+        """Tag shared ``slots[k]`` with ``lengths[k]`` and ``tickets[k]``, but the ``failed`` k."""
+        held_lengths, held_tickets = self._shared_lengths, self._shared_tickets
+        for slot, length, ticket in zip(slots, lengths, tickets, strict=True):
+            held_lengths[slot] = length
+            held_tickets[slot] = ticket
+        self.forget_shared([slots[k] for k in failed])
+
+    def forget_shared(self, slots: Sequence[int]) -> None:
+        """Mark the shared ``slots`` as holding nothing (a failed save, a copy that raised)."""
+        for slot in slots:
+            self._shared_lengths[slot] = self._shared_tickets[slot] = None
+
+    def _held_shared_now(self, slots: list[int]) -> SharedHeld:
+        lengths, tickets = self._shared_lengths, self._shared_tickets
+        return [lengths[slot] for slot in slots], [tickets[slot] for slot in slots]
+
     def _held(
         self, seqs: list[int], slots: list[int], flat: list[int]
     ) -> tuple[list[int | None], list[int | None]]:
@@ -134,8 +199,8 @@ class SlotTags(BatchChecks):
 
 
 @final
-class PoolTagsView(BatchChecks):
-    """Rules 1-5 over a third-party ``SnapshotPool``: its shape, and what its ``stored_*`` report.
+class PoolTagsView(SharedChecks):
+    """Rules 1-6 over a third-party ``SnapshotPool``: its shape, and what its ``stored_*`` report.
 
     ``apply_effects`` checks such a pool's batches with it, so a pool that
     implements only the protocol is held to the same rules as ours.
@@ -155,6 +220,16 @@ class PoolTagsView(BatchChecks):
             [self._pool.stored_position(seq, slot) for seq, slot in pairs],
             [self._pool.stored_ticket(seq, slot) for seq, slot in pairs],
         )
+
+    @property
+    def shared_slots(self) -> int:
+        # Asked only once a step holds prefix effects, by then known a SharedSnapshotPool.
+        pool = cast(SharedSnapshotPool, self._pool)
+        return check_non_negative_int("pool.shared_slots", pool.shared_slots)
+
+    def _held_shared_now(self, slots: list[int]) -> SharedHeld:
+        stored = cast(SharedSnapshotPool, self._pool).stored_shared_ticket
+        return None, [stored(slot) for slot in slots]  # lengths: the protocol reports none
 
 
 class SlotIndex:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import ClassVar, Generic, TypeVar
+from typing import ClassVar, TypeVar
 
 import pytest
 
@@ -11,6 +11,9 @@ from ssm_rollback._core.effect_dict import SsmSnapshotRestore, SsmSnapshotSave, 
 from ssm_rollback._core.ring import SsmDecodeRing
 from ssm_rollback._errors import InvalidArgumentError, StaleSnapshotError
 from ssm_rollback.pool import SaveOutcome, SnapshotPool, VerifyBufferPool, apply_effects
+
+from ._pool_adapter import PoolAdapter
+from ._pool_shared import SharedSlotConformance
 
 __all__ = ["PoolAdapter", "SnapshotPoolConformance"]
 
@@ -29,45 +32,14 @@ def Restore(seq: int, slot: int, position: int, ticket: int | None = None) -> Ss
     return SsmSnapshotRestore(seq, slot, position, position if ticket is None else ticket)
 
 
-class PoolAdapter(Generic[P]):
-    """How the conformance suite and the pool state machine build a pool and read a row.
-
-    Implement ``make_pool``, ``set_live`` and ``get_live``: a row's live
-    state is set to (and read back as) a small int marker, below 200 so that
-    every dtype holds it exactly; ``get_live`` must not return a marker for a
-    row whose state is a mix of two. Implement ``fail_saves`` too if the
-    backend can be made to fail saves; the failure tests are skipped
-    otherwise.
-    """
-
-    def make_pool(self, num_sequences: int, slots_per_sequence: int) -> P:
-        """A fresh pool with every row's live state set to some marker."""
-        raise NotImplementedError
-
-    def set_live(self, pool: P, seq: int, value: int) -> None:
-        """Make row ``seq``'s live state the marker ``value``, in every state tensor."""
-        raise NotImplementedError
-
-    def get_live(self, pool: P, seq: int) -> int:
-        """The marker row ``seq``'s live state holds (fail if it holds a mix)."""
-        raise NotImplementedError
-
-    def fail_saves(self, pool: P, predicate: Callable[[SsmSnapshotSave], bool]) -> bool:
-        """Make saves for which ``predicate`` holds fail; return False if the backend can't."""
-        return False
-
-    def set_intermediate(self, pool: P, seq: int, values: list[int]) -> bool:
-        """Make row ``seq``'s intermediate states the markers ``values`` (index ``j`` holds
-        ``values[j]``); return False if the backend keeps no intermediate states (SPEC 9)."""
-        return False
-
-
-class SnapshotPoolConformance(PoolAdapter[P]):
+class SnapshotPoolConformance(SharedSlotConformance[P]):
     """Pytest test methods for a ``SnapshotPool``; subclass it as ``TestMyPool``.
 
     It is a ``PoolAdapter``: implement the adapter's methods on the subclass,
     and ``SnapshotPoolMachine.for_adapter(TestMyPool())`` runs the state
-    machine over the same pools.
+    machine over the same pools. The cases of shared slots (SPEC 13,
+    ``SharedSlotConformance``) run when the adapter's ``make_shared_pool``
+    builds a ``SharedSnapshotPool``.
     """
 
     num_sequences: ClassVar[int] = 6

@@ -9,11 +9,18 @@ import pytest
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from ssm_rollback._core.effect_dict import SsmSnapshotRestore, SsmSnapshotSave, SsmStateAccept
+from ssm_rollback._core.effect_dict import (
+    Effect,
+    SsmPrefixRestore,
+    SsmPrefixSave,
+    SsmSnapshotRestore,
+    SsmSnapshotSave,
+    SsmStateAccept,
+)
 from ssm_rollback._errors import StaleSnapshotError
-from ssm_rollback.pool import SnapshotPool, apply_effects
+from ssm_rollback.pool import SharedSnapshotPool, SnapshotPool, apply_effects
 
-from ._pool_conformance import PoolAdapter
+from ._pool_adapter import PoolAdapter
 
 __all__ = ["SnapshotPoolMachine"]
 
@@ -33,6 +40,12 @@ class SnapshotPoolMachine(RuleBasedStateMachine):
     ticket, a slot that holds nothing. A stale batch must raise
     ``StaleSnapshotError`` and copy nothing.
 
+    When the adapter builds pools with shared slots (``make_shared_pool``),
+    shared saves (some failing, some applied twice) and shared restores
+    (several rows from one slot; some stale) join in, directly and through
+    ``apply_effects`` - a save then a restore of the same slot in one call -
+    against a second dict ``slot -> (length, ticket, marker)``.
+
     Build the test case from the adapter your conformance suite already is::
 
         TestMyPoolMachine = SnapshotPoolMachine.for_adapter(TestMyPool()).TestCase
@@ -41,6 +54,7 @@ class SnapshotPoolMachine(RuleBasedStateMachine):
     adapter: ClassVar[PoolAdapter[SnapshotPool]]
     num_sequences: ClassVar[int] = 5
     slots_per_sequence: ClassVar[int] = 3
+    shared_slots: ClassVar[int] = 3
 
     @classmethod
     def for_adapter(cls, adapter: PoolAdapter[P]) -> type[SnapshotPoolMachine]:
@@ -55,8 +69,18 @@ class SnapshotPoolMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         rows, slots = self.num_sequences, self.slots_per_sequence
-        self.pool = self.adapter.make_pool(rows, slots)
+        pool = self.adapter.make_shared_pool(rows, slots, self.shared_slots)
+        self.shared: SharedSnapshotPool | None = None
+        if pool is None:
+            pool = self.adapter.make_pool(rows, slots)
+        else:
+            assert isinstance(pool, SharedSnapshotPool)
+            self.shared = pool
+        self.pool = pool
         self.can_fail = self.adapter.fail_saves(self.pool, lambda save: False)
+        self.can_fail_shared = self.adapter.fail_shared_saves(self.pool, lambda save: False)
+        # Shared slot -> (length, ticket, marker of the live state it copied).
+        self.shared_stored: dict[int, _Held] = {}
         # Row -> the markers of its intermediate states (what a verify step produced).
         self.staged: dict[int, list[int]] = {}
         self.can_stage = True
@@ -199,6 +223,115 @@ class SnapshotPoolMachine(RuleBasedStateMachine):
             return None
         return held
 
+    # -- shared slots (SPEC 13) -------------------------------------------------------
+
+    def _shared_saves(self, data: st.DataObject) -> list[SsmPrefixSave]:
+        """Saves of distinct rows into distinct shared slots; some repeat a held ticket."""
+        rows = data.draw(self._rows(), label="rows")
+        slots = data.draw(
+            st.lists(
+                st.integers(0, self.shared_slots - 1),
+                min_size=min(len(rows), self.shared_slots),
+                max_size=min(len(rows), self.shared_slots),
+                unique=True,
+            ),
+            label="shared slots",
+        )
+        saves = []
+        for seq, slot in zip(rows, slots, strict=False):
+            held = self.shared_stored.get(slot)
+            again = held is not None and data.draw(st.integers(0, 9), label="again") == 0
+            ticket = held[1] if again and held is not None else next(self.tickets)
+            saves.append(SsmPrefixSave(seq, slot, data.draw(st.integers(1, 9)), ticket))
+        return saves
+
+    def _shared_restores(
+        self, data: st.DataObject, held: dict[int, _Held]
+    ) -> list[SsmPrefixRestore]:
+        """Restores into distinct rows, several from one slot; some stale in every way."""
+        restores = []
+        # Half the batches are valid throughout, so that several rows restore at once.
+        valid = data.draw(st.booleans(), label="all valid")
+        for seq in data.draw(self._rows(), label="rows"):
+            how = "valid" if valid else data.draw(st.sampled_from(["valid", "stale", "any"]))
+            if held and how != "any":
+                slot, (length, ticket, _) = data.draw(st.sampled_from(sorted(held.items())))
+                if how == "stale":
+                    ticket, length = data.draw(
+                        st.sampled_from([(ticket + 1, length), (ticket, length + 1)])
+                    )
+            else:
+                slot = data.draw(st.integers(0, self.shared_slots - 1))
+                length, ticket = data.draw(st.integers(1, 9)), data.draw(st.integers(0, 9))
+            restores.append(SsmPrefixRestore(seq, slot, length, ticket))
+        return restores
+
+    def _stale_shared(self, restores: list[SsmPrefixRestore], held: dict[int, _Held]) -> bool:
+        return any(held.get(r.slot, (None, None))[:2] != (r.length, r.ticket) for r in restores)
+
+    def _again(self, saves: list[SsmPrefixSave]) -> bool:
+        return any(self.shared_stored.get(s.slot, (0, -1, 0))[1] == s.ticket for s in saves)
+
+    @rule(data=st.data())
+    def save_shared(self, data: st.DataObject) -> None:
+        if self.shared is None:
+            return
+        saves = self._shared_saves(data)
+        if self._again(saves):
+            with pytest.raises(StaleSnapshotError, match="applied twice"):
+                self.shared.save_shared(saves)
+            return
+        failing = set()
+        if self.can_fail_shared:
+            failing = {s for s in saves if data.draw(st.booleans(), label=f"fail {s}")}
+            self.adapter.fail_shared_saves(self.pool, lambda save: save in failing)
+        outcome = self.shared.save_shared(saves)
+        assert set(outcome.failed_shared) == failing
+        assert outcome.failed == ()
+        self._commit_shared(saves, failing)
+
+    def _commit_shared(self, saves: list[SsmPrefixSave], failing: set[SsmPrefixSave]) -> None:
+        for s in saves:
+            if s in failing:
+                self.shared_stored.pop(s.slot, None)
+            else:
+                self.shared_stored[s.slot] = (s.length, s.ticket, self.live[s.seq])
+
+    @rule(data=st.data())
+    def restore_shared(self, data: st.DataObject) -> None:
+        if self.shared is None:
+            return
+        restores = self._shared_restores(data, self.shared_stored)
+        if self._stale_shared(restores, self.shared_stored):
+            with pytest.raises(StaleSnapshotError):
+                self.shared.restore_shared(restores)
+            return
+        self.shared.restore_shared(restores)
+        for r in restores:
+            self.live[r.seq] = self.shared_stored[r.slot][2]
+
+    @rule(data=st.data())
+    def apply_shared(self, data: st.DataObject) -> None:
+        """One call of shared saves, then restores checked against what those saves write."""
+        if self.shared is None:
+            return
+        saves = self._shared_saves(data)
+        after = dict(self.shared_stored)
+        for s in saves:
+            after[s.slot] = (s.length, s.ticket, self.live[s.seq])
+        restores = self._shared_restores(data, after)
+        effects: list[Effect] = [*saves, *restores]
+        if self._again(saves) or self._stale_shared(restores, after):
+            with pytest.raises(StaleSnapshotError):
+                apply_effects(self.pool, effects, [])
+            return
+        if self.can_fail_shared:
+            self.adapter.fail_shared_saves(self.pool, lambda save: False)
+        assert apply_effects(self.pool, effects, []).ok
+        self._commit_shared(saves, set())
+        for r in restores:
+            self.live[r.seq] = after[r.slot][2]
+
     @invariant()
     def agrees(self) -> None:
         for seq in range(self.num_sequences):
@@ -207,3 +340,8 @@ class SnapshotPoolMachine(RuleBasedStateMachine):
                 held = self.stored.get((seq, slot))
                 tag = (self.pool.stored_position(seq, slot), self.pool.stored_ticket(seq, slot))
                 assert tag == ((None, None) if held is None else held[:2]), (seq, slot)
+        if self.shared is not None:
+            for slot in range(self.shared_slots):
+                held = self.shared_stored.get(slot)
+                ticket = self.shared.stored_shared_ticket(slot)
+                assert ticket == (None if held is None else held[1]), f"shared slot {slot}"

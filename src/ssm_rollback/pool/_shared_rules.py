@@ -1,0 +1,186 @@
+"""The per-batch rules of the shared slots of prefix snapshots (SPEC 13): ``SharedChecks``.
+
+The shared slots obey the rules of ``_batch_rules`` with ``shared_slots`` in
+place of ``slots_per_sequence`` (a shared save copies live state only, so
+rule 4 has nothing to check), with one difference: several restores may
+read one shared slot - every request with that prefix does - so rule 3
+counts only the saves' writes. Rule 5 compares the ticket, and the length
+where the record keeps one (a third-party pool reports only tickets).
+Checked here and nowhere else; what passes comes back as plain lists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from operator import eq
+from typing import NamedTuple, NoReturn
+
+from .._core.effect_dict import SsmPrefixRestore, SsmPrefixSave
+from .._errors import InvalidArgumentError, StaleSnapshotError
+from ._batch_rules import RESTORES, SAVES, BatchChecks, Names, check_kinds
+
+__all__ = [
+    "CheckedSharedRestores",
+    "CheckedSharedSaves",
+    "SharedChecks",
+    "SharedHeld",
+    "SharedPending",
+]
+
+
+class CheckedSharedSaves(NamedTuple):
+    """Shared saves that passed the rules: rows, shared slots, and the tags they give them."""
+
+    rows: list[int]
+    slots: list[int]
+    lengths: list[int]
+    tickets: list[int]
+
+
+class CheckedSharedRestores(NamedTuple):
+    """Shared restores that passed the rules: the rows and the shared slots they copy from."""
+
+    rows: list[int]
+    slots: list[int]
+
+
+#: ``pending[slot]``: the ``(length, ticket)`` a shared slot will hold once earlier saves ran.
+SharedPending = Mapping[int, tuple[int, int]]
+#: What shared slots hold: their lengths (``None`` where not recorded) and their tickets.
+SharedHeld = tuple[list[int | None] | None, list[int | None]]
+
+
+class SharedChecks(BatchChecks):
+    """Rules 1-6 over a pool's ring slots and its shared slots; a subclass says what each holds."""
+
+    _shared_slots: int
+
+    @property
+    def shared_slots(self) -> int:
+        """Shared slots tracked."""
+        return self._shared_slots
+
+    def check_shared_saves(
+        self,
+        saves: Sequence[SsmPrefixSave],
+        names: Names = SAVES,
+        pending: SharedPending | None = None,
+    ) -> CheckedSharedSaves:
+        """Rules 1-3 and 6 for a sequence of ``SsmPrefixSave``; raise, or the lists.
+
+        ``pending``: what shared slots will hold once the saves before these
+        in the same step are written (a save applied twice in one step).
+        """
+        check_kinds(saves, SsmPrefixSave, names)
+        seqs, slots = [s.seq for s in saves], [s.slot for s in saves]
+        tickets = [s.ticket for s in saves]
+        self._check_shared_ids(seqs, slots, names, writes=True)
+        held = self._held_shared(slots, pending)[1]
+        if any(map(eq, held, tickets)):
+            k = next(k for k, pair in enumerate(zip(tickets, held, strict=True)) if eq(*pair))
+            raise StaleSnapshotError(
+                f"refusing '{names.of(k)}' (seq {seqs[k]}, shared slot {slots[k]}, ticket "
+                f"{tickets[k]}), copying nothing: its shared slot already holds that ticket - "
+                f"a save applied twice"
+            )
+        return CheckedSharedSaves(seqs, slots, [s.length for s in saves], tickets)
+
+    def check_shared_restores(
+        self,
+        restores: Sequence[SsmPrefixRestore],
+        names: Names = RESTORES,
+        pending: SharedPending | None = None,
+    ) -> CheckedSharedRestores:
+        """Rules 1, 2 and 5 for a sequence of ``SsmPrefixRestore``; raise, or rows and slots.
+
+        ``pending`` as for ``check_shared_saves``: restores after saves in
+        the same step are checked against what those saves will write.
+        """
+        check_kinds(restores, SsmPrefixRestore, names)
+        seqs, slots = [r.seq for r in restores], [r.slot for r in restores]
+        self._check_shared_ids(seqs, slots, names, writes=False)
+        lengths, tickets = self._held_shared(slots, pending)
+        if tickets != [r.ticket for r in restores] or (
+            lengths is not None and lengths != [r.length for r in restores]
+        ):
+            _refuse_stale_shared(restores, names, lengths, tickets)
+        return CheckedSharedRestores(seqs, slots)
+
+    def _check_shared_ids(
+        self, seqs: list[int], slots: list[int], names: Names, *, writes: bool
+    ) -> None:
+        """Rules 1-3 over shared slots (rule 3 only for ``writes``); the loop only names one."""
+        shared = self.shared_slots
+        if not seqs or (
+            max(seqs) < self._num_sequences
+            and max(slots) < shared
+            and len(set(seqs)) == len(seqs)
+            and (not writes or len(set(slots)) == len(slots))
+        ):
+            return
+        rows: dict[int, int] = {}
+        targets: dict[int, int] = {}
+        for k, (seq, slot) in enumerate(zip(seqs, slots, strict=True)):
+            name = names.of(k)
+            self._check_ids(f"{name}.seq", seq, None, 0)
+            if slot >= shared:
+                raise InvalidArgumentError(
+                    f"'{name}.slot' must be < the pool's shared_slots {shared}, got {slot}"
+                )
+            first = rows.setdefault(seq, k)
+            if first != k:
+                raise InvalidArgumentError(
+                    f"'{names.batch}' must name each row at most once per {names.unit}, "
+                    f"got seq {seq} at {names.of(first)} and {name}"
+                )
+            first = targets.setdefault(slot, k) if writes else k
+            if first != k:
+                raise InvalidArgumentError(
+                    f"'{names.batch}' must name each shared slot at most once per {names.unit}, "
+                    f"got shared slot {slot} at {names.of(first)} and {name}"
+                )
+        raise AssertionError(f"the fast check refused '{names.batch}', yet every element passes")
+
+    def _held_shared(self, slots: list[int], pending: SharedPending | None) -> SharedHeld:
+        """What the shared slots will hold: lengths (``None``: not recorded) and tickets."""
+        lengths, tickets = self._held_shared_now(slots)
+        if pending:
+            for k, slot in enumerate(slots):
+                if slot in pending:
+                    length, tickets[k] = pending[slot]
+                    if lengths is not None:
+                        lengths[k] = length
+        return lengths, tickets
+
+    def _held_shared_now(self, slots: list[int]) -> SharedHeld:
+        """The lengths (``None``: not recorded) and tickets the shared slots hold (new lists)."""
+        raise NotImplementedError
+
+
+def _refuse_stale_shared(
+    restores: Sequence[SsmPrefixRestore],
+    names: Names,
+    lengths: list[int | None] | None,
+    tickets: list[int | None],
+) -> NoReturn:
+    """Rule 5's refusal over shared slots: name up to four restores whose slot holds another."""
+
+    def held(k: int) -> str:
+        if tickets[k] is None:
+            return "nothing"
+        return f"ticket {tickets[k]}" + ("" if lengths is None else f" length {lengths[k]}")
+
+    stale = [
+        k
+        for k, r in enumerate(restores)
+        if tickets[k] != r.ticket or (lengths is not None and lengths[k] != r.length)
+    ]
+    described = "; ".join(
+        f"'{names.of(k)}' (seq {restores[k].seq}, shared slot {restores[k].slot}) holds "
+        f"{held(k)}, not ticket {restores[k].ticket} length {restores[k].length}"
+        for k in stale[:4]
+    )
+    more = f" (and {len(stale) - 4} more)" if len(stale) > 4 else ""
+    raise StaleSnapshotError(
+        f"refusing a batch of {len(restores)} shared restores, copying nothing: {described}{more}"
+    )
