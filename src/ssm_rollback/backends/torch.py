@@ -240,13 +240,13 @@ class TorchSnapshotPool(PoolBase):
             self._copier.move(self._storage_rows, self._live_rows, flat, rows)
 
     def _copy_shared_saves(self, rows: list[int], slots: list[int]) -> None:
-        with torch.no_grad():
+        with self._no_grad:
             self._copier.move(self._live_rows, self._shared_rows, rows, slots)
 
     def _copy_shared_restores(self, rows: list[int], slots: list[int]) -> None:
         # Several rows may read one shared slot: the source rows may repeat.
         unique = len(set(slots)) == len(slots)
-        with torch.no_grad():
+        with self._no_grad:
             self._copier.move(self._shared_rows, self._live_rows, slots, rows, src_unique=unique)
 
     def _copy_intermediate_saves(
