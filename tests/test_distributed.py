@@ -629,19 +629,20 @@ def test_a_step_of_any_size_arrives_and_the_buffer_grows_to_hold_it(rows: int) -
 
 @pytest.mark.usefixtures("one_rank")
 @pytest.mark.parametrize(
-    ("accepts", "capacity"),
-    [  # a payload of 4 + 2 * accepts words, after a header of 2, in a first buffer of 1,024
-        (509, 1024),  # 1,022 words: the buffer exactly, no growth
-        (510, 2048),  # 1,024: one word pair past it
-        (1021, 2048),  # 2,046: the grown buffer exactly
-        (1022, 4096),  # 2,048, a power of two: the header needs the next one
+    ("accepts", "restores", "words", "capacity"),
+    [  # 2 + (2 + 3 * accepts) + (2 + 4 * restores) words, after a header of 2, in 1,024 first
+        (336, 2, 1022, 1024),  # the buffer exactly, no growth
+        (338, 1, 1024, 2048),  # past it
+        (676, 3, 2046, 2048),  # the grown buffer exactly
+        (678, 2, 2048, 4096),  # a power of two: the header needs the next one
     ],
 )
 def test_a_payload_at_the_edge_of_the_buffer_arrives_and_grows_only_past_it(
-    accepts: int, capacity: int
+    accepts: int, restores: int, words: int, capacity: int
 ) -> None:
-    step = [SsmStateAccept(r, 1) for r in range(accepts)]
-    assert len(_wire.encode(step)) == 4 + 2 * accepts
+    step: list[Effect] = [SsmStateAccept(r, 1, r) for r in range(accepts)]
+    step += [SsmSnapshotRestore(r, 0, 1, 1) for r in range(restores)]
+    assert len(_wire.encode(step)) == words
     assert tp.broadcast_effects(step, src=0) == tuple(step)
     assert _wire_channel.channel_capacity(None) == capacity
 

@@ -25,7 +25,7 @@ ids = st.integers(0, 2**40)
 effects = (
     st.builds(SsmSnapshotSave, ids, ids, ids, ids, st.none() | st.integers(0, 8))
     | st.builds(SsmSnapshotRestore, ids, ids, ids, ids)
-    | st.builds(SsmStateAccept, ids, st.integers(0, 8))
+    | st.builds(SsmStateAccept, ids, st.integers(0, 8), st.none() | ids)
     | st.integers(0, 3).flatmap(
         lambda n: st.builds(
             SaveBatch,
@@ -37,7 +37,7 @@ effects = (
 KEYS = {
     SsmSnapshotSave: {"kind", "seq", "slot", "token_position", "ticket", "source"},
     SsmSnapshotRestore: {"kind", "seq", "slot", "token_position", "ticket"},
-    SsmStateAccept: {"kind", "seq", "index"},
+    SsmStateAccept: {"kind", "seq", "index", "ticket"},
     SaveBatch: {"kind", "seqs", "slots", "positions", "tickets", "sources"},
 }
 
@@ -63,7 +63,15 @@ def test_to_dict_names_the_kind() -> None:
     }
     assert SsmSnapshotSave(1, 2, 3, 44, source=2).to_dict()["source"] == 2
     assert SsmSnapshotRestore(1, 2, 3, 44).to_dict()["kind"] == "ssm_snapshot_restore"
-    assert SsmStateAccept(1, 3).to_dict() == {"kind": "ssm_state_accept", "seq": 1, "index": 3}
+    assert SsmStateAccept(1, 3, 9).to_dict() == {
+        "kind": "ssm_state_accept",
+        "seq": 1,
+        "index": 3,
+        "ticket": 9,
+    }
+    # A v0.2 dict, without a ticket, still reads back: an unticketed accept.
+    v02 = {"kind": "ssm_state_accept", "seq": 1, "index": 3}
+    assert effect_from_dict(v02) == SsmStateAccept(1, 3)
 
 
 def test_effects_are_frozen_hashable_and_kind_sensitive() -> None:

@@ -8,6 +8,7 @@ container or fails, a 0-d array where a column belongs, a column generator that 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from functools import partial
 
 import numpy as np
 import pytest
@@ -17,10 +18,15 @@ from ssm_rollback import (
     OutOfOrderError,
     SaveBatch,
     SsmDecodeRing,
+    SsmStateAccept,
+    StaleSnapshotError,
+    VerifyPlan,
+    apply_effects,
     commit_verified,
     commit_verified_batch,
     snapshot_boundaries,
 )
+from ssm_rollback.backends.fake import FakeSnapshotPool
 
 
 def test_a_verify_step_behind_the_rings_newest_snapshot_is_refused() -> None:
@@ -151,3 +157,86 @@ def test_a_steps_saves_applied_twice_are_refused_and_copy_nothing() -> None:
 
     pool.restore([SsmSnapshotRestore(0, restore.snapshot_slot, 4, restore.ticket)])
     assert pool.live[0] == "after 4"  # the first copy, untouched
+
+
+def _verified_step(pool: FakeSnapshotPool, ring: SsmDecodeRing, first: int) -> VerifyPlan:
+    """A verify step from ``first`` feeding 3 tokens, 2 accepted; the buffer names each state."""
+    pool.intermediate[0] = [f"after {first + j}" for j in range(3)]
+    return commit_verified(
+        ring,
+        seq=0,
+        first_position=first,
+        accepted=2,
+        is_boundary=[False] * 3,
+        in_thinking=[False] * 3,
+    )
+
+
+@pytest.mark.parametrize("how", ["pool", "apply_effects"])
+def test_a_verify_steps_accept_applied_twice_is_refused(how: str) -> None:
+    """An engine applying a step's accept again, after decoding went on, moved the live
+    state back (SPEC 15); now the plan mints a ticket and the pool refuses it, copying
+    nothing."""
+    pool, ring = FakeSnapshotPool(1, 2), SsmDecodeRing(2)
+    plan = _verified_step(pool, ring, first=5)
+    apply_effects(pool, plan.effects, [ring])
+    assert pool.live == ["after 7"]
+    pool.live[0] = "after 8"  # the next token was fed
+    accept = plan.effects[0]
+    assert isinstance(accept, SsmStateAccept)
+    again = (
+        partial(pool.accept, [accept])
+        if how == "pool"
+        else partial(apply_effects, pool, plan.effects, [ring])
+    )
+    with pytest.raises(StaleSnapshotError, match="not newer than the last accept on that row"):
+        again()
+    assert pool.live[0] == "after 8"
+    assert pool.accept_calls == 1
+
+
+def test_an_older_steps_accept_is_refused_after_a_newer_one() -> None:
+    pool, ring = FakeSnapshotPool(1, 2), SsmDecodeRing(2)
+    old = _verified_step(pool, ring, first=5)
+    new = _verified_step(pool, ring, first=8)
+    apply_effects(pool, new.effects, [ring])
+    with pytest.raises(StaleSnapshotError, match="an older step's"):
+        apply_effects(pool, old.effects[:1], [ring])
+    assert pool.live[0] == "after 10"
+
+
+def test_one_accept_twice_in_one_call_is_refused_before_any_copy() -> None:
+    pool, ring = FakeSnapshotPool(1, 2), SsmDecodeRing(2)
+    plan = _verified_step(pool, ring, first=5)
+    (accept,) = plan.effects
+    pool.live[0] = "before"
+    with pytest.raises(StaleSnapshotError, match="an accept before it in the same call"):
+        apply_effects(pool, [accept, SaveBatch([], [], [], []), accept], [ring])
+    assert pool.live[0] == "before"
+    assert pool.accept_calls == 0
+
+
+def test_the_batch_form_mints_one_accept_ticket_per_row_and_each_is_refused_twice() -> None:
+    pool, rings = FakeSnapshotPool(2, 2), [SsmDecodeRing(2), SsmDecodeRing(2)]
+    pool.intermediate = [["a0", "a1"], ["b0", "b1"]]
+    batch = commit_verified_batch(
+        rings,
+        first_positions=[3, 4],
+        accepted=[1, 0],
+        is_boundary=[[False] * 2, [False]],
+        in_thinking=[[False] * 2, [False]],
+    )
+    apply_effects(pool, batch.effects, rings)
+    assert pool.live == ["a1", "b0"]
+    pool.live = ["next a", "next b"]
+    with pytest.raises(StaleSnapshotError, match="applied twice"):
+        apply_effects(pool, batch.effects, rings)
+    assert pool.live == ["next a", "next b"]
+
+
+def test_an_unticketed_accept_built_by_hand_is_taken_as_before() -> None:
+    pool = FakeSnapshotPool(1, 1)
+    pool.intermediate[0] = ["x", "y"]
+    pool.accept([SsmStateAccept(0, 1)])
+    pool.accept([SsmStateAccept(0, 0)])
+    assert pool.live[0] == "x"

@@ -42,7 +42,10 @@ def test_only_accepted_boundaries_are_recorded_each_from_its_own_state() -> None
     ring = SsmDecodeRing(4)
     plan = verify(ring, first=5, accepted=2, flags=".b.b")  # positions 5..8; 6 and 8 boundaries
     assert ring.snapshot_positions() == (6,)  # 8 was a rejected draft (rule 1)
-    assert plan.effects[0] == SsmStateAccept(0, 2)  # live = state after 5 + 2 tokens (rule 3)
+    accept = plan.effects[0]
+    assert isinstance(accept, SsmStateAccept)
+    assert (accept.seq, accept.index) == (0, 2)  # live = state after 5 + 2 tokens (rule 3)
+    assert accept.ticket is not None  # minted by the plan: applied twice, it is refused
     (save,) = plan.saves
     entry = ring.entry_for(6)
     assert entry is not None
@@ -180,7 +183,9 @@ def test_the_batch_form_matches_the_per_row_plans_and_checks_every_row_first() -
     assert [r.snapshot_positions() for r in rings] == [(6,), (2,), (9, 12)]
     assert batch.saves.seqs == (0, 1, 2, 2)
     assert batch.saves.sources == (1, 0, 0, 3)
-    assert batch.accepts == (SsmStateAccept(0, 1), SsmStateAccept(1, 0), SsmStateAccept(2, 3))
+    assert [(a.seq, a.index) for a in batch.accepts] == [(0, 1), (1, 0), (2, 3)]
+    assert batch.accepts == tuple(p.effects[0] for p in batch.plans)  # the plans' own tickets
+    assert len({a.ticket for a in batch.accepts}) == 3
     assert [p.accepted for p in batch.plans] == [1, 0, 3]
     pool = FakeSnapshotPool(3, 3)
     for seq, (first, fed) in enumerate([(5, 3), (2, 1), (9, 4)]):

@@ -111,7 +111,7 @@ def test_the_payload_layout_is_the_documented_one() -> None:
         SsmSnapshotSave(1, 2, 3, 4),
         SsmSnapshotSave(1, 3, 5, 6, source=2),
         SsmSnapshotRestore(0, 1, 2, 3),
-        SsmStateAccept(3, 2),
+        SsmStateAccept(3, 2, 40),
         SaveBatch([1, 2], [0, 1], [5, 6], [7, 8]),
         SaveBatch([4], [0], [9], [10], sources=[-1]),
         SsmPrefixRestore(2, 0, 100, 11),
@@ -123,12 +123,12 @@ def test_the_payload_layout_is_the_documented_one() -> None:
         _wire.MAGIC, 8,
         _wire.SAVES, 2, 1, 1, 2, 3, 3, 5, 4, 6, 0, 3,  # sources + 1: live is 0
         _wire.RESTORES, 1, 0, 1, 2, 3,
-        _wire.ACCEPTS, 1, 3, 2,
+        _wire.ACCEPTS, 1, 3, 2, 41,  # ticket + 1
         _wire.SAVE_BATCH, 2, 0, 1, 2, 0, 1, 5, 6, 7, 8,
         _wire.SAVE_BATCH, 1, _wire.HAS_SOURCES, 4, 0, 9, 10, 0,
         _wire.PREFIX_RESTORES, 1, 2, 0, 100, 11,
         _wire.PREFIX_SAVES, 2, 2, 3, 1, 2, 140, 150, 12, 13,  # a run is one record
-        _wire.ACCEPTS, 1, 1, 0,
+        _wire.ACCEPTS, 1, 1, 0, 0,  # no ticket is 0
     ]  # fmt: skip
     assert _wire.MAGIC & 0xFFFF == _wire.VERSION == 5
     assert (_wire.PREFIX_SAVES, _wire.PREFIX_RESTORES) == (5, 6)
@@ -220,7 +220,7 @@ def test_an_unknown_kind_is_refused_naming_the_record() -> None:
         ([_wire.MAGIC, 1, _wire.SAVE_BATCH, 2], "flags 0 or 1, got None"),
         ([_wire.MAGIC, 1, _wire.SAVE_BATCH, -3, 0], "ints >= 0, got -3 at word 3"),
         ([_wire.MAGIC, 1, _wire.SAVE_BATCH, 1, 0, 0, 0, 0], "of 1 rows needs 4 words"),
-        ([_wire.MAGIC, 1, _wire.ACCEPTS, 1, 0], "of 1 rows needs 2 words"),
+        ([_wire.MAGIC, 1, _wire.ACCEPTS, 1, 0], "of 1 rows needs 3 words"),
         ([_wire.MAGIC, 1, _wire.ACCEPTS, 1, -1, 0], "ints >= 0, got -1 at word 4"),
         ([_wire.MAGIC, 1, _wire.ACCEPTS, 1, 0, -1], "ints >= 0, got -1 at word 5"),
         ([_wire.MAGIC, 1, _wire.SAVES, 1, 0, 0, 0, 0, -1], "ints >= 0, got -1 at word 8"),
@@ -261,27 +261,16 @@ def test_decode_may_leave_rule_5_to_its_caller() -> None:
     assert (trusted.seq, trusted.index) == (1, -4)
 
 
-def test_decoded_accepts_are_interned_and_the_table_stays_bounded(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    _wire_values._ACCEPTS.clear()  # counted from empty, whatever ran before
-    step: list[Effect] = [SsmStateAccept(s, s % 4) for s in range(40)]
-    first, again = _wire.decode(_wire.encode(step)), _wire.decode(_wire.encode(step))
-    assert first == again == tuple(step)
-    assert all(a is b for a, b in zip(first, again, strict=True))  # one value per (seq, index)
-    monkeypatch.setattr(_wire_values, "ACCEPT_LIMIT", 70)
-    other: list[Effect] = [SsmStateAccept(s, 1) for s in range(100, 130)]
-    assert _wire.decode(_wire.encode(other)) == tuple(other)  # up to the bound: all kept
-    assert sum(map(len, _wire_values._ACCEPTS.values())) == 70  # every pair, not every index
-    one_more: list[Effect] = [SsmStateAccept(200, 1)]
-    assert _wire.decode(_wire.encode(one_more)) == tuple(one_more)  # past it: the table restarts
-    assert sum(map(len, _wire_values._ACCEPTS.values())) == 1
-    assert _wire.decode(_wire.encode(step)) == tuple(step)
+def test_accepts_travel_with_their_tickets_and_unticketed_ones_stay_unticketed() -> None:
+    step: list[Effect] = [SsmStateAccept(s, s % 4, None if s % 3 else 7 * s) for s in range(40)]
+    decoded = _wire.decode(_wire.encode(step))
+    assert decoded == tuple(step)
+    assert [a.ticket for a in decoded if isinstance(a, SsmStateAccept)][:4] == [0, None, None, 21]
 
 
 def test_accept_columns_of_different_lengths_are_refused() -> None:
-    with pytest.raises(ValueError, match="accept columns of 2 and 1 rows"):
-        _wire_values.accepts((1, 2), (0,))
+    with pytest.raises(ValueError, match="accept columns of 2, 1 and 2 rows"):
+        _wire_values.accepts((1, 2), (0,), (0, 0))
 
 
 def test_a_decoded_save_batch_keeps_its_columns_as_sent() -> None:
@@ -303,12 +292,12 @@ def test_a_senders_words_are_a_refusal_whatever_its_effects_do() -> None:
     assert isinstance(refused, InvalidArgumentError)
     assert str(refused) == "iterating 'effects' raised KeyError: 'row 7'"
     assert bytes(words).decode() == str(refused)
-    refused, words = _wire.sender_words([SsmStateAccept(0, 0)] * 3, 9)
-    assert str(refused) == "'effects' must encode to at most 9 words, got 10"
+    refused, words = _wire.sender_words([SsmStateAccept(0, 0)] * 3, 12)
+    assert str(refused) == "'effects' must encode to at most 12 words, got 13"
     refused, _ = _wire.sender_words([object()], 100)  # type: ignore[list-item]
     assert str(refused).startswith("'effects[0]' must be an SsmSnapshotSave")
     assert _wire.sender_words(None, 100) == (None, [_wire.MAGIC, 0])
-    assert _wire.sender_words([SsmStateAccept(0, 0)] * 3, 10) == (
+    assert _wire.sender_words([SsmStateAccept(0, 0)] * 3, 13) == (
         None,
         _wire.encode([SsmStateAccept(0, 0)] * 3),
     )

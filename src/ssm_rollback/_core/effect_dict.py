@@ -110,8 +110,11 @@ def effect_from_dict(d: Mapping[str, object]) -> Effect:
         _keys(d, _SNAPSHOT_FIELDS)
         return SsmSnapshotRestore(*_ints(d, _SNAPSHOT_FIELDS))
     if kind == SsmStateAccept.kind:
-        _keys(d, ("seq", "index"))
-        return SsmStateAccept(*_ints(d, ("seq", "index")))
+        # A v0.2 dict has no ticket: the accept is then unticketed, as it was.
+        _keys(d, ("seq", "index", "ticket") if "ticket" in d else ("seq", "index"))
+        seq, index = _ints(d, ("seq", "index"))
+        accepted = _optional_index(d, "ticket") if "ticket" in d else None
+        return SsmStateAccept(seq, index, accepted)
     if kind == SaveBatch.kind:
         return _save_batch(d)
     if kind in (SsmPrefixSave.kind, SsmPrefixRestore.kind):

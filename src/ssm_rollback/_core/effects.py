@@ -39,6 +39,18 @@ def _source(_instance: object, attribute: attrs.Attribute[int | None], value: in
         check_non_negative_int(attribute.name, value)
 
 
+def _optional_ticket(
+    _instance: object, attribute: attrs.Attribute[int | None], value: int | None
+) -> None:
+    if value is not None and (type(value) is not int or value < 0):
+        if type(value) is not int:
+            raise InvalidArgumentTypeError(
+                f"'ticket' must be None or a ticket (an int >= 0), got {value!r} of type "
+                f"{type(value).__name__}"
+            )
+        check_non_negative_int(attribute.name, value)
+
+
 @attrs.frozen
 class _SnapshotEffect:
     """The fields and dict form both snapshot effects share; the subclass says which copy.
@@ -97,12 +109,17 @@ class SsmStateAccept:
 
     seq: int = attrs.field(validator=_non_negative_int)
     index: int = attrs.field(validator=_non_negative_int)
+    #: Minted by the verify step's plan (SPEC 15): a pool refuses an accept
+    #: whose ticket is not newer than the last one it accepted on the row (a
+    #: step applied twice, or an older step's), so the live state never moves
+    #: back. ``None`` (an accept built by hand) is not checked.
+    ticket: int | None = attrs.field(default=None, validator=_optional_ticket)
 
     kind: ClassVar[str] = "ssm_state_accept"
 
     def to_dict(self) -> dict[str, int | str | None]:
         """A plain dict (with a ``"kind"`` key) that ``effect_from_dict`` turns back into this."""
-        return {"kind": self.kind, "seq": self.seq, "index": self.index}
+        return {"kind": self.kind, "seq": self.seq, "index": self.index, "ticket": self.ticket}
 
 
 @attrs.frozen

@@ -21,13 +21,14 @@ saving the live state at the end of each segment that ends on a boundary.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import cast
 
 import attrs
 
 from .._errors import InvalidArgumentError, OutOfOrderError
 from .columns import as_list, flag_column, int_value, one_length, rings_for
 from .effects import SsmSnapshotSave, SsmStateAccept, trusted_save
-from .ring import SsmDecodeRing, newest_position, record_rows
+from .ring import SsmDecodeRing, mint_ticket, newest_position, record_rows
 from .rollback import check_ring
 from .save_batch import LIVE, SaveBatch
 
@@ -203,7 +204,7 @@ def _plan(checked: _Checked, recorded: list[tuple[int, int, int, int]]) -> Verif
     end = checked.first + checked.accepted
     if not replay or replay[-1].through < end:
         replay.append(ReplaySegment(end, None))
-    accept = SsmStateAccept(checked.seq, checked.accepted)
+    accept = SsmStateAccept(checked.seq, checked.accepted, mint_ticket())
     return VerifyPlan(
         checked.seq,
         checked.first,
@@ -291,5 +292,5 @@ def commit_verified_batch(
         # distinct slots of its ring's live entries.
         distinct=True,
     )
-    accepts = tuple(SsmStateAccept(plan.seq, plan.accepted) for plan in plans)
+    accepts = tuple(cast(SsmStateAccept, plan.effects[0]) for plan in plans)
     return VerifyBatch(batch, accepts, plans)

@@ -11,7 +11,7 @@ Rules of the format (version 5):
 2. A run of consecutive single effects of one kind is one record:
    ``SAVES`` (columns ``seqs slots positions tickets sources``),
    ``RESTORES`` (``seqs slots positions tickets``), ``ACCEPTS`` (``seqs
-   indices``), ``PREFIX_SAVES`` and ``PREFIX_RESTORES`` (``seqs slots
+   indices tickets``), ``PREFIX_SAVES`` and ``PREFIX_RESTORES`` (``seqs slots
    lengths tickets``: shared slots, SPEC 13). They decode as that many
    single effects, in order.
 3. A ``SaveBatch`` is one ``SAVE_BATCH`` record: ``n flags``, then its
@@ -20,7 +20,8 @@ Rules of the format (version 5):
 4. A payload decodes only if every word is used exactly once: a count, a
    length or a kind that does not fit raises ``WireError`` naming the word.
 5. Every word is ``>= 0``: a source travels as ``source + 1`` (the live
-   state, ``None`` or ``LIVE``, as 0). One check of the whole payload -
+   state, ``None`` or ``LIVE``, as 0), an accept's ticket as ``ticket + 1``
+   (``None`` as 0). One check of the whole payload -
    ``min``, or the caller's own on its tensor (``checked=True``) - is then
    every effect constructor's check, so a decoded effect is one the sender
    could have built.
@@ -93,7 +94,7 @@ _NAMES: Final = {
     PREFIX_SAVES: "prefix saves",
     PREFIX_RESTORES: "prefix restores",
 }
-_WIDTH: Final = {SAVES: 5, RESTORES: 4, ACCEPTS: 2, PREFIX_SAVES: 4, PREFIX_RESTORES: 4}
+_WIDTH: Final = {SAVES: 5, RESTORES: 4, ACCEPTS: 3, PREFIX_SAVES: 4, PREFIX_RESTORES: 4}
 _CODES: Final[dict[type, int]] = {
     SsmSnapshotSave: SAVES,
     SsmSnapshotRestore: RESTORES,
@@ -202,6 +203,7 @@ def _put(words: list[int], code: int, record: object) -> None:
         accepts = cast(list[SsmStateAccept], record)
         words += [a.seq for a in accepts]
         words += [a.index for a in accepts]
+        words += [0 if a.ticket is None else a.ticket + 1 for a in accepts]
         return
     if code in (PREFIX_SAVES, PREFIX_RESTORES):
         shared = cast(list[SsmPrefixSave] | list[SsmPrefixRestore], record)

@@ -1,11 +1,8 @@
 """The effects a payload decodes to, built without their validators: the wire checked every column.
 
 Rule 5 of ``_wire`` checked each column at C speed before any of these run,
-so they set the fields directly. Accepts are interned: a verify step's
-``(seq, index)`` pairs repeat from step to step (``index`` is at most the
-draft count), and an accept is a frozen value, so one instance per pair
-serves every step. Restores and saves, of ring slots and of shared slots,
-carry a fresh ticket each time and are built anew.
+so they set the fields directly. Every effect carries a fresh ticket (an
+accept too, SPEC 15), so each is built anew, a column at a time.
 """
 
 from __future__ import annotations
@@ -14,7 +11,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from functools import partial
 from itertools import repeat
-from operator import add, getitem
+from operator import add
 from typing import Final, TypeVar
 
 from .._core.effects import (
@@ -44,41 +41,19 @@ _PREFIX_FIELDS: Final = {
     for cls in (SsmPrefixSave, SsmPrefixRestore)
 }
 _UNSHIFTED: Final = partial(add, LIVE)  # a source on the wire, back: 0 -> LIVE, i + 1 -> i
-_ACCEPT_FIELDS: Final = tuple(slot_setter(SsmStateAccept, name) for name in ("seq", "index"))
-
-#: The most interned accepts kept; past it the table starts again (a bound, not a tuning knob).
-ACCEPT_LIMIT: Final = 1 << 16
-#: The interned accepts, ``index -> seq -> accept``: two lookups of an int each are cheaper
-#: than one of a ``(seq, index)`` tuple, which must be built and hashed per row.
-_ACCEPTS: Final[dict[int, dict[int, SsmStateAccept]]] = {}
+_ACCEPT_FIELDS: Final = tuple(
+    slot_setter(SsmStateAccept, name) for name in ("seq", "index", "ticket")
+)
 
 
-def accepts(seqs: Sequence[int], indices: Sequence[int]) -> list[SsmStateAccept]:
-    """One ``SsmStateAccept`` per row, the interned one when this pair was seen before."""
-    if len(seqs) != len(indices):
-        raise ValueError(f"accept columns of {len(seqs)} and {len(indices)} rows")
-    try:  # the steady state: every pair seen
-        return list(map(getitem, map(_ACCEPTS.__getitem__, indices), seqs))
-    except KeyError:
-        pass
-    if sum(map(len, _ACCEPTS.values())) + len(seqs) > ACCEPT_LIMIT:
-        _ACCEPTS.clear()
-    out = []
-    for seq, index in zip(seqs, indices, strict=True):
-        by_seq = _ACCEPTS.setdefault(index, {})
-        found = by_seq.get(seq)
-        if found is None:
-            found = by_seq[seq] = _accept(seq, index)
-        out.append(found)
-    return out
-
-
-def _accept(seq: int, index: int) -> SsmStateAccept:
-    accept: SsmStateAccept = _new(SsmStateAccept)
-    set_seq, set_index = _ACCEPT_FIELDS
-    set_seq(accept, seq)
-    set_index(accept, index)
-    return accept
+def accepts(
+    seqs: Sequence[int], indices: Sequence[int], tickets: Sequence[int]
+) -> list[SsmStateAccept]:
+    """One ``SsmStateAccept`` per row; ``tickets`` as on the wire (0: none, ``t + 1``: ``t``)."""
+    if not len(seqs) == len(indices) == len(tickets):
+        raise ValueError(f"accept columns of {len(seqs)}, {len(indices)} and {len(tickets)} rows")
+    held = [None if t == 0 else t - 1 for t in tickets]
+    return _built(SsmStateAccept, _ACCEPT_FIELDS, (seqs, indices, held))
 
 
 def restores(
@@ -103,7 +78,9 @@ def prefix_restores(
     return _built(SsmPrefixRestore, fields, (seqs, slots, lengths, tickets))
 
 
-def _built(cls: type[_E], setters: Sequence[_Setter], columns: Sequence[Sequence[int]]) -> list[_E]:
+def _built(
+    cls: type[_E], setters: Sequence[_Setter], columns: Sequence[Sequence[int | None]]
+) -> list[_E]:
     """One ``cls`` per row, its fields set from ``columns`` in ``setters``' order.
 
     Every instance first, then each field's setter mapped over them all: C

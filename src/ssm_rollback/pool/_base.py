@@ -275,6 +275,7 @@ class PoolBase(TaggedPool):
         self._check_owned()
         if checked.rows:
             self._copy_accepts(checked.rows, checked.indices)
+            self._tags.commit_accepts(checked.rows, checked.tickets)
 
     def _failing(
         self,

@@ -17,6 +17,9 @@ nowhere else:
 6. A save whose ticket its slot already holds was applied before (a step's
    effects applied twice, SPEC 15): ``StaleSnapshotError``, nothing copied -
    its source may hold other state by now.
+7. An accept whose ticket is not newer than the last one accepted on its row
+   was applied before, or belongs to an older step (SPEC 15):
+   ``StaleSnapshotError``, nothing copied - the live state must not move back.
 
 A bad batch raises naming its element (``saves[3]``; ``effects[2][3]``
 inside ``apply_effects``, see ``Names``) and nothing changes. The checks run
@@ -102,10 +105,11 @@ class CheckedRestores(NamedTuple):
 
 
 class CheckedAccepts(NamedTuple):
-    """Accepts that passed rules 1, 2 and 4: the rows and the intermediate index each makes live."""
+    """Accepts that passed rules 1, 2, 4 and 7: rows, the index each makes live, their tickets."""
 
     rows: list[int]
     indices: list[int]
+    tickets: list[int | None]
 
 
 class IndexTable(Protocol):
@@ -221,14 +225,25 @@ class BatchChecks:
         names: Names = ACCEPTS,
         staged: Staged | None = None,
     ) -> CheckedAccepts:
-        """Rules 1, 2 and 4 (with ``staged``) for a sequence of ``SsmStateAccept``."""
+        """Rules 1, 2, 4 (with ``staged``) and 7 for a sequence of ``SsmStateAccept``."""
         check_kinds(accepts, SsmStateAccept, names)
         seqs, indices = [a.seq for a in accepts], [a.index for a in accepts]
+        tickets = [a.ticket for a in accepts]
         if seqs and (max(seqs) >= self._num_sequences or len(set(seqs)) != len(seqs)):
             self._name_bad(seqs, None, None, names)
         if staged is not None:
             _check_staged("accepts", seqs, indices, names, staged)
-        return CheckedAccepts(seqs, indices)
+        held = self._accepted(seqs)
+        if held is not None:
+            for k, (ticket, last) in enumerate(zip(tickets, held, strict=True)):
+                if ticket is not None and last is not None and ticket <= last:
+                    raise StaleSnapshotError(
+                        f"refusing a batch of {len(seqs)} accepts, copying nothing: "
+                        f"'{names.of(k)}' (seq {seqs[k]}, ticket {ticket}) is not newer than "
+                        f"the last accept on that row (ticket {last}) - a verify step's accept "
+                        f"applied twice, or an older step's"
+                    )
+        return CheckedAccepts(seqs, indices, tickets)
 
     def _flat(self, seqs: list[int], slots: list[int]) -> list[int] | None:
         """Each row's flat slot index; ``None`` if an id is out of range (rule 1).
@@ -256,6 +271,14 @@ class BatchChecks:
     def _may_hold(self, tickets: list[int]) -> bool:
         """Whether some slot could hold one of ``tickets`` (``False`` skips rule 6's lookups)."""
         return True
+
+    def _accepted(self, seqs: list[int]) -> list[int | None] | None:
+        """The ticket of the last accept on each row (rule 7); ``None``: not known here.
+
+        A third-party pool's accepts are checked by its own ``accept``: the
+        protocol reports no accept tickets.
+        """
+        return None
 
     def _check_ids(self, seq_name: str, seq: int, slot_name: str | None, slot: int) -> None:
         """Rule 1, naming ``seq_name`` or ``slot_name`` (``None``: no slot to check)."""

@@ -30,7 +30,7 @@ from .._core.effect_dict import (
 )
 from .._core.ring import SsmDecodeRing
 from .._core.save_batch import LIVE
-from .._errors import InvalidArgumentError, InvalidArgumentTypeError
+from .._errors import InvalidArgumentError, InvalidArgumentTypeError, StaleSnapshotError
 from ._batch_rules import CheckedAccepts, CheckedRestores, CheckedSaves, Names
 from ._protocols import Rings
 from ._shared_rules import CheckedSharedRestores, CheckedSharedSaves, SharedChecks
@@ -197,6 +197,8 @@ def check_runs(
     pending: dict[int, tuple[int, int]] = {}
     # shared slot -> (length, ticket), the same for the shared slots.
     shared: dict[int, tuple[int, int]] = {}
+    # seq -> ticket of the last accept on that row earlier in this call (rule 7).
+    accepted: dict[int, int] = {}
     has_restores = any(run.restores for run in runs)
     checked: list[Checked] = []
     for run in runs:
@@ -233,8 +235,25 @@ def check_runs(
             checked.append(checks.check_shared_restores(run.shared_restores, names, shared))
         else:
             counts = staged("SsmStateAccept effects")
-            checked.append(checks.check_accepts(run.accepts, names, counts))
+            accepts = checks.check_accepts(run.accepts, names, counts)
+            _check_accepted_once(accepts, accepted, names)
+            checked.append(accepts)
     return checked
+
+
+def _check_accepted_once(checked: CheckedAccepts, accepted: dict[int, int], names: Names) -> None:
+    """Rule 7 across the runs of one call: the tags know only the accepts of earlier calls."""
+    for k, (seq, ticket) in enumerate(zip(checked.rows, checked.tickets, strict=True)):
+        if ticket is None:
+            continue
+        last = accepted.get(seq)
+        if last is not None and ticket <= last:
+            raise StaleSnapshotError(
+                f"refusing the effects, copying nothing: '{names.of(k)}' (seq {seq}, ticket "
+                f"{ticket}) is not newer than an accept before it in the same call (ticket "
+                f"{last}) - a verify step's accept applied twice, or an older step's"
+            )
+        accepted[seq] = ticket
 
 
 def ring_lookup(rings: Rings) -> Callable[[int], SsmDecodeRing | None]:

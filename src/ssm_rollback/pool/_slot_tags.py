@@ -59,6 +59,8 @@ class SlotTags(SharedChecks):
     _newest_ticket: int = attrs.field(init=False, default=-1)
     _shared_lengths: list[int | None] = attrs.field(init=False)
     _shared_tickets: list[int | None] = attrs.field(init=False)
+    # Per row, the ticket of the last accept copied (rule 7); None: none ticketed yet.
+    _accepted_tickets: list[int | None] = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         try:
@@ -73,6 +75,7 @@ class SlotTags(SharedChecks):
         try:
             self._positions = [None] * count
             self._tickets = [None] * count
+            self._accepted_tickets = [None] * self._num_sequences
             # Every flat index, row by row, for the batch checks to look ids up in:
             # faster than computing and range-checking them, for about 40 bytes
             # of host memory a slot (the snapshot a slot holds is far larger).
@@ -135,6 +138,13 @@ class SlotTags(SharedChecks):
         if tickets:
             self._newest_ticket = max(self._newest_ticket, max(tickets))
 
+    def commit_accepts(self, rows: Sequence[int], tickets: Sequence[int | None]) -> None:
+        """Record the tickets of accepts just copied: rule 7 refuses them, and older ones, again."""
+        accepted = self._accepted_tickets
+        for seq, ticket in zip(rows, tickets, strict=True):
+            if ticket is not None:
+                accepted[seq] = ticket
+
     def forget(self, flat: Sequence[int]) -> None:
         """Mark the slots at ``flat`` as holding nothing (a copy that raised half way)."""
         positions, tickets = self._positions, self._tickets
@@ -191,6 +201,9 @@ class SlotTags(SharedChecks):
 
     def _held_tickets(self, seqs: list[int], slots: list[int], flat: list[int]) -> list[int | None]:
         return list(map(self._tickets.__getitem__, flat))
+
+    def _accepted(self, seqs: list[int]) -> list[int | None]:
+        return [self._accepted_tickets[seq] for seq in seqs]
 
     def _may_hold(self, tickets: list[int]) -> bool:
         # A batch whose tickets are all newer than any committed (every step the
