@@ -14,7 +14,7 @@ commit dba0ee3 and no longer occur (``README.md`` says how to run those).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from mutant_base import Mutant
 
 CHECKS = "tests/test_check_boundaries.py"
 CORE = (
@@ -89,19 +89,6 @@ COPY_TESTS = (CHECKS, "tests/test_torch_pool.py")
 DISTRIBUTED = "tests/test_distributed.py"
 WIRE_TESTS = ("tests/test_wire.py", DISTRIBUTED)
 CHANNEL_TESTS = (DISTRIBUTED,)
-
-
-@dataclass(frozen=True)
-class Mutant:
-    """One mutant: replace ``original`` (exactly once in ``module``) by ``replacement``."""
-
-    name: str
-    module: str
-    original: str
-    replacement: str
-    tests: tuple[str, ...]
-    select: tuple[str, ...] = ()
-    equivalent: str = ""
 
 
 def _m(
@@ -1849,3 +1836,10 @@ MUTANTS: tuple[Mutant, ...] = (
         WIRE_TESTS,
     ),
 )
+
+from mutants_core import CORE_MUTANTS  # noqa: E402
+from mutants_pool import POOL_MUTANTS  # noqa: E402
+from mutants_prefix import PREFIX_MUTANTS  # noqa: E402
+from mutants_hf_tp import HF_TP_MUTANTS  # noqa: E402
+
+MUTANTS = MUTANTS + CORE_MUTANTS + POOL_MUTANTS + PREFIX_MUTANTS + HF_TP_MUTANTS
