@@ -115,10 +115,11 @@ BATCHED = "_core/boundaries.py"
 COLUMNS = "_core/columns.py"
 FAKE_MOD = "backends/fake.py"
 TORCH_MOD = "backends/torch.py"
+TORCH_CHECKS = "backends/_torch_checks.py"
 TORCH_COPY = "backends/_torch_copy.py"
 HF_MOD = "integrations/_hf/crop.py"
 HF_POOL_MOD = "integrations/_hf/cache_pool.py"
-RESERVE_MOD = "reserve.py"
+RESERVE_MOD = "reserve/_depth.py"
 WIRE = "_tp/wire.py"
 WIRE_VALUES = "_tp/wire_values.py"
 CHANNEL = "_tp/channel.py"
@@ -1107,7 +1108,7 @@ MUTANTS: tuple[Mutant, ...] = (
         "effects_dict_drops_ticket",
         EFFECT_VALUES,
         "**attrs.asdict(self, recurse=False)}\n\n\n@attrs.frozen\nclass SsmSnapshotSave(",
-        "**attrs.asdict(self, recurse=False, filter=lambda a, _: a.name != \"ticket\")}\n\n\n@attrs.frozen\nclass SsmSnapshotSave(",
+        '**attrs.asdict(self, recurse=False, filter=lambda a, _: a.name != "ticket")}\n\n\n@attrs.frozen\nclass SsmSnapshotSave(',
         EFFECT_TESTS,
     ),
     _m(
@@ -1334,21 +1335,21 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     _m(
         "torch_fingerprint_no_pointer",
-        TORCH_MOD,
+        TORCH_CHECKS,
         "return (tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype, tensor.device)",
         "return (0, tensor.shape, tensor.stride(), tensor.dtype, tensor.device)",
         TORCH,
     ),
     _m(
         "torch_fingerprint_no_strides",
-        TORCH_MOD,
+        TORCH_CHECKS,
         "return (tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype, tensor.device)",
         "return (tensor.data_ptr(), tensor.shape, (), tensor.dtype, tensor.device)",
         TORCH,
     ),
     _m(
         "torch_fingerprint_no_shape",
-        TORCH_MOD,
+        TORCH_CHECKS,
         "return (tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype, tensor.device)",
         "return (tensor.data_ptr(), torch.Size(), tensor.stride(), tensor.dtype, tensor.device)",
         TORCH,
@@ -1362,14 +1363,14 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     _m(
         "torch_batch_dim_missing_ok",
-        TORCH_MOD,
+        TORCH_CHECKS,
         "if tensor.dim() <= batch_dim:",
         "if tensor.dim() < batch_dim:",
         TORCH,
     ),
     _m(
         "torch_row_count_mismatch_ok",
-        TORCH_MOD,
+        TORCH_CHECKS,
         "        elif tensor.shape[batch_dim] != rows:",
         "        elif False:",
         TORCH,
@@ -1378,45 +1379,24 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(
         "hf_crop_checks_interleaved",
         HF_MOD,
-        "    plans = [_crop_plan(idx, layer, length) for idx, layer in "
-        "enumerate(cache_layers(cache))]\n"
-        "    for plan in plans:  # every layer checked before any is changed\n"
-        "        if plan is not None:\n",
-        "    for idx, layer in enumerate(_layers(cache)):\n"
-        "        plan = _crop_plan(idx, layer, length)\n"
-        "        if plan is not None:\n",
+        "    plans = [_crop_plan(idx, layer, length) for idx, layer in enumerate(cache_layers(cache))]",
+        "    plans = (_crop_plan(idx, layer, length) for idx, layer in enumerate(cache_layers(cache)))",
         HF,
         select=HF_SELECT,
     ),
     _m(
         "hf_full_crop_refuses_exact_length",
         HF_MOD,
-        "    held = DynamicLayer.get_seq_length(layer)\n    if length > held:",
-        "    held = DynamicLayer.get_seq_length(layer)\n    if length >= held:",
+        "    if length > held:\n        raise InvalidArgumentError(",
+        "    if length >= held:\n        raise InvalidArgumentError(",
         HF,
         select=HF_SELECT,
     ),
     _m(
         "hf_full_crop_length_unchecked",
         HF_MOD,
-        "    held = DynamicLayer.get_seq_length(layer)\n    if length > held:",
-        "    held = DynamicLayer.get_seq_length(layer)\n    if False:",
-        HF,
-        select=HF_SELECT,
-    ),
-    _m(
-        "hf_sliding_crop_length_unchecked",
-        HF_MOD,
-        "    if length > total:",
-        "    if False:",
-        HF,
-        select=HF_SELECT,
-    ),
-    _m(
-        "hf_sliding_crop_refuses_exact_length",
-        HF_MOD,
-        "    if length > total:",
-        "    if length >= total:",
+        "    if length > held:\n        raise InvalidArgumentError(",
+        "    if False:\n        raise InvalidArgumentError(",
         HF,
         select=HF_SELECT,
     ),
@@ -1470,7 +1450,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     _m(
         "hf_restore_skips_cache_check",
-        HF_MOD,
+        HF_POOL_MOD,
         "        self._check_unchanged()\n        self._pool.restore(restores)",
         "        self._pool.restore(restores)",
         HF,
@@ -1478,7 +1458,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     _m(
         "hf_save_skips_cache_check",
-        HF_MOD,
+        HF_POOL_MOD,
         "        self._check_unchanged()\n        return self._pool.save(saves)",
         "        return self._pool.save(saves)",
         HF,
@@ -1509,22 +1489,22 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(
         "reserve_fit_ignores_sequences",
         RESERVE_MOD,
-        "    fit = free // (sequences * per_slot)",
-        "    fit = free // per_slot",
+        "fit = max(0, free - speculative) // (sequences * per_slot)",
+        "fit = max(0, free - speculative) // per_slot",
         RESERVE,
     ),
     _m(
         "reserve_zero_bytes_divides",
         RESERVE_MOD,
-        "    if sequences == 0:",
-        "    if False:",
+        'sequences = check_positive("max_sequences", max_sequences)',
+        "sequences = max_sequences",
         RESERVE,
     ),
     _m(
         "reserve_total_ignores_sequences",
         RESERVE_MOD,
-        "return RingDepth(slots, rule, per_slot, slots * sequences * per_slot, fit)",
-        "return RingDepth(slots, rule, per_slot, slots * per_slot, fit)",
+        "return RingDepth(slots, rule, per_slot, slots * sequences * per_slot, fit, speculative)",
+        "return RingDepth(slots, rule, per_slot, slots * per_slot, fit, speculative)",
         RESERVE,
     ),
     _m(
@@ -1838,8 +1818,8 @@ MUTANTS: tuple[Mutant, ...] = (
 )
 
 from mutants_core import CORE_MUTANTS  # noqa: E402
+from mutants_hf_tp import HF_TP_MUTANTS  # noqa: E402
 from mutants_pool import POOL_MUTANTS  # noqa: E402
 from mutants_prefix import PREFIX_MUTANTS  # noqa: E402
-from mutants_hf_tp import HF_TP_MUTANTS  # noqa: E402
 
 MUTANTS = MUTANTS + CORE_MUTANTS + POOL_MUTANTS + PREFIX_MUTANTS + HF_TP_MUTANTS

@@ -21,7 +21,11 @@ BATCH_TESTS = (
     "tests/test_check_boundaries.py",
 )
 ROWS_TESTS = ("tests/test_check_boundaries.py", "tests/test_batched.py", "tests/test_verify.py")
-COLUMN_TESTS = ("tests/test_check_boundaries.py", "tests/test_fail_closed.py", "tests/test_batched.py")
+COLUMN_TESTS = (
+    "tests/test_check_boundaries.py",
+    "tests/test_fail_closed.py",
+    "tests/test_batched.py",
+)
 
 CORE_MUTANTS: tuple[Mutant, ...] = (
     # -- _core/verify.py: the order check, the accepted bound, what records, the plan ------

@@ -50,7 +50,12 @@ POOL_MUTANTS: tuple[Mutant, ...] = (
         "tagged = None",
     ),
     # -- the planner: runs_of, Run, check_runs, the ring checks ---------------------------
-    _p("runs_names_drop_the_offset", RUNS, 'return f"effects[{self.first + k}]"', 'return f"effects[{k}]"'),
+    _p(
+        "runs_names_drop_the_offset",
+        RUNS,
+        'return f"effects[{self.first + k}]"',
+        'return f"effects[{k}]"',
+    ),
     _p(
         "runs_batch_element_index_unshifted",
         RUNS,
@@ -117,7 +122,12 @@ POOL_MUTANTS: tuple[Mutant, ...] = (
         "                kind, add_save = SsmStateAccept, None\n",
         "                kind = SsmStateAccept\n",
     ),
-    _p("runs_batches_not_counted", RUNS, "                runs[-1].batches += 1\n", "                pass\n"),
+    _p(
+        "runs_batches_not_counted",
+        RUNS,
+        "                runs[-1].batches += 1\n",
+        "                pass\n",
+    ),
     _p(
         "runs_str_effects_accepted",
         RUNS,
@@ -130,7 +140,12 @@ POOL_MUTANTS: tuple[Mutant, ...] = (
         "checked.append(checks.check_restores(run.restores, names, pending))",
         "checked.append(checks.check_restores(run.restores, names, None))",
     ),
-    _p("check_runs_pending_not_recorded", RUNS, "            if has_restores:\n", "            if False:\n"),
+    _p(
+        "check_runs_pending_not_recorded",
+        RUNS,
+        "            if has_restores:\n",
+        "            if False:\n",
+    ),
     _p(
         "check_runs_rings_unchecked",
         RUNS,
@@ -258,7 +273,12 @@ POOL_MUTANTS: tuple[Mutant, ...] = (
         '        if staged is not None:\n            _check_staged("accepts"',
         '        if False:\n            _check_staged("accepts"',
     ),
-    _p("rules_staged_bound_inclusive", RULES, "        if index >= held:\n", "        if index > held:\n"),
+    _p(
+        "rules_staged_bound_inclusive",
+        RULES,
+        "        if index >= held:\n",
+        "        if index > held:\n",
+    ),
     _p(
         "rules_staged_live_not_skipped",
         RULES,
@@ -269,8 +289,18 @@ POOL_MUTANTS: tuple[Mutant, ...] = (
             "false for it: the skip only saves a call to staged()"
         ),
     ),
-    _p("rules_kinds_unchecked", RULES, "    if batch and set(map(type, batch)) != {kind}:\n", "    if False:\n"),
-    _p("rules_batch_not_a_sequence_ok", RULES, "    if not isinstance(batch, Sequence):\n", "    if False:\n"),
+    _p(
+        "rules_kinds_unchecked",
+        RULES,
+        "    if batch and set(map(type, batch)) != {kind}:\n",
+        "    if False:\n",
+    ),
+    _p(
+        "rules_batch_not_a_sequence_ok",
+        RULES,
+        "    if not isinstance(batch, Sequence):\n",
+        "    if False:\n",
+    ),
     _p(
         "rules_name_bad_seq_bound_inclusive",
         RULES,
@@ -357,7 +387,12 @@ POOL_MUTANTS: tuple[Mutant, ...] = (
         "copy_rows, copy_flat = [rows[k] for k in kept], [flat[k] for k in kept]",
         "copy_rows, copy_flat = rows, flat",
     ),
-    _p("base_copy_error_not_forgotten", BASE, "            self._tags.forget(flat)\n", "            pass\n"),
+    _p(
+        "base_copy_error_not_forgotten",
+        BASE,
+        "            self._tags.forget(flat)\n",
+        "            pass\n",
+    ),
     _p(
         "base_failed_committed_as_saved",
         BASE,
@@ -400,7 +435,12 @@ POOL_MUTANTS: tuple[Mutant, ...] = (
         "if type(seq) is not int or not 0 <= seq",
         "if not 0 <= seq",
     ),
-    _p("base_fail_predicate_unchecked", BASE, "    if not callable(predicate):\n", "    if False:\n"),
+    _p(
+        "base_fail_predicate_unchecked",
+        BASE,
+        "    if not callable(predicate):\n",
+        "    if False:\n",
+    ),
     _p(
         "base_mixed_live_rows_not_copied",
         BASE,

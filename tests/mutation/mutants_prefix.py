@@ -17,7 +17,12 @@ def _x(name: str, module: str, original: str, replacement: str, **kw: str) -> Mu
 PREFIX_MUTANTS: tuple[Mutant, ...] = (
     # -- the radix tree ----------------------------------------------------------------------
     _x("trie_longest_ignores_limit", TRIE, "if end > limit or end > size or", "if end > size or"),
-    _x("trie_longest_limit_off_by_one", TRIE, "if end > limit or end > size or", "if end > limit + 1 or end > size or"),
+    _x(
+        "trie_longest_limit_off_by_one",
+        TRIE,
+        "if end > limit or end > size or",
+        "if end > limit + 1 or end > size or",
+    ),
     _x(
         "trie_longest_edge_uncompared",  # a hash-like hit: the first token only
         TRIE,
@@ -61,7 +66,12 @@ PREFIX_MUTANTS: tuple[Mutant, ...] = (
         "child.depth - len(child.label) + at + 1, parent)",
     ),
     _x("trie_remove_absent_ok", TRIE, "if node is None or node.value is None:", "if node is None:"),
-    _x("trie_remove_no_prune", TRIE, "        node.value = None\n        self._prune(node)\n", "        node.value = None\n"),
+    _x(
+        "trie_remove_no_prune",
+        TRIE,
+        "        node.value = None\n        self._prune(node)\n",
+        "        node.value = None\n",
+    ),
     _x(
         "trie_prune_no_merge",
         TRIE,
@@ -201,14 +211,24 @@ PREFIX_MUTANTS: tuple[Mutant, ...] = (
         "live = _Live(PrefixEntry(length, slot, slot + 1), tuple(tokens[:length]))",
     ),
     _x("index_drop_slot_not_freed", INDEX, "        self._free.append(live.entry.slot)\n", ""),
-    _x("index_drop_pins_kept", INDEX, "        self._free.sort(reverse=True)\n        live.pins = 0\n", "        self._free.sort(reverse=True)\n"),
+    _x(
+        "index_drop_pins_kept",
+        INDEX,
+        "        self._free.sort(reverse=True)\n        live.pins = 0\n",
+        "        self._free.sort(reverse=True)\n",
+    ),
     _x(
         "index_free_taken_highest_first",
         INDEX,
         "self._free = list(range(self._capacity - 1, -1, -1))",
         "self._free = list(range(self._capacity))",
     ),
-    _x("index_touch_no_clock", INDEX, "        self._clock += 1\n        live.used", "        live.used"),
+    _x(
+        "index_touch_no_clock",
+        INDEX,
+        "        self._clock += 1\n        live.used",
+        "        live.used",
+    ),
     _x(
         "index_discard_any_entry_at_slot",
         INDEX,
