@@ -38,6 +38,22 @@ def test_retire_disputed_skips_a_row_without_a_ring() -> None:
     assert ring.entries == ()
 
 
+def test_a_verify_step_one_behind_the_rings_newest_snapshot_is_refused() -> None:
+    """``first_position`` one below the ring's newest position recomputes a recorded state:
+    refused, and the ring is unchanged. Kills ``verify_order_one_behind_ok``."""
+    from ssm_rollback import OutOfOrderError
+    from ssm_rollback.rollback import commit_verified
+
+    ring = SsmDecodeRing(4)
+    ring.record(5)
+    before = ring.entries
+    with pytest.raises(OutOfOrderError, match="'first_position'"):
+        commit_verified(
+            ring, seq=0, first_position=4, accepted=0, is_boundary=[False], in_thinking=[False]
+        )
+    assert ring.entries == before
+
+
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 

@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (snippets are the source text, whole lines)
 """The hand-written mutants ``run_mutants.py`` applies, one behaviour change each.
 
 Each names its module (under ``src/ssm_rollback``), an original snippet that

@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (snippets are the source text, whole lines)
 """Mutants of the core's decisions written at HEAD: the verify step, rollback's plan and
 commit, ``SaveBatch``, the ring's batched record and the column checks."""
 
@@ -12,7 +13,12 @@ RING_ROWS = "_core/ring/_rows.py"
 COLUMNS = "_core/columns.py"
 
 # The verify step's own tests first, then the fail-closed and plan/commit files.
-VERIFY_TESTS = ("tests/test_verify.py", "tests/test_fail_closed.py", "tests/test_rollback_plan.py")
+VERIFY_TESTS = (
+    "tests/test_verify.py",
+    "tests/test_fail_closed.py",
+    "tests/test_rollback_plan.py",
+    "tests/test_mutation_gaps.py",
+)
 PLAN_TESTS = ("tests/test_rollback_plan.py", "tests/test_rollback.py")
 BATCH_TESTS = (
     "tests/test_fail_closed.py",

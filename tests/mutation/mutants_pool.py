@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (snippets are the source text, whole lines)
 """Mutants of the pool's decisions written at HEAD: ``apply_effects`` and its planner
 (``_runs``), the per-batch rules (``_batch_rules``), the slot tags and the pool base."""
 

@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (snippets are the source text, whole lines)
 """Mutants of the prefix index written at HEAD: the radix tree (``_trie``) and
 ``PrefixSnapshotIndex`` (match, plan_prefill, publish, release, discard, eviction, pins)."""
 
