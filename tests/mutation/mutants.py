@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (snippets are the source text, whole lines)
 """The hand-written mutants ``run_mutants.py`` applies, one behaviour change each.
 
 Each names its module (under ``src/ssm_rollback``), an original snippet that
@@ -14,7 +15,7 @@ commit dba0ee3 and no longer occur (``README.md`` says how to run those).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from mutant_base import Mutant
 
 CHECKS = "tests/test_check_boundaries.py"
 CORE = (
@@ -91,19 +92,6 @@ WIRE_TESTS = ("tests/test_wire.py", DISTRIBUTED)
 CHANNEL_TESTS = (DISTRIBUTED,)
 
 
-@dataclass(frozen=True)
-class Mutant:
-    """One mutant: replace ``original`` (exactly once in ``module``) by ``replacement``."""
-
-    name: str
-    module: str
-    original: str
-    replacement: str
-    tests: tuple[str, ...]
-    select: tuple[str, ...] = ()
-    equivalent: str = ""
-
-
 def _m(
     name: str,
     module: str,
@@ -119,18 +107,20 @@ def _m(
 
 RING = "_core/ring/_ring.py"
 RING_ROWS = "_core/ring/_rows.py"
-ROLLBACK = "rollback.py"
+ROLLBACK = "_core/rollback.py"
 POOL = "pool/__init__.py"
 SLOTS = "pool/_slot_tags.py"
 EFFECTS = "_core/effect_dict.py"
 EFFECT_VALUES = "_core/effects.py"
 BATCHED = "_core/boundaries.py"
+COLUMNS = "_core/columns.py"
 FAKE_MOD = "backends/fake.py"
 TORCH_MOD = "backends/torch.py"
+TORCH_CHECKS = "backends/_torch_checks.py"
 TORCH_COPY = "backends/_torch_copy.py"
 HF_MOD = "integrations/_hf/crop.py"
 HF_POOL_MOD = "integrations/_hf/cache_pool.py"
-RESERVE_MOD = "reserve.py"
+RESERVE_MOD = "reserve/_depth.py"
 WIRE = "_tp/wire.py"
 WIRE_VALUES = "_tp/wire_values.py"
 CHANNEL = "_tp/channel.py"
@@ -155,15 +145,15 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(
         "ring_cursor_wraps_late",
         RING,
-        "self._cursor = slot + 1 if slot + 1 < capacity else 0",
-        "self._cursor = slot + 1 if slot + 1 <= capacity else 0",
+        "ring._cursor = slot + 1 if slot + 1 < capacity else 0",
+        "ring._cursor = slot + 1 if slot + 1 <= capacity else 0",
         RING_TESTS,
     ),
     _m(
         "ring_record_equal_position_allowed",
         RING,
-        "if token_position <= self._newest:",
-        "if token_position < self._newest:",
+        "if token_position <= ring._newest:",
+        "if token_position < ring._newest:",
         RING_TESTS,
     ),
     _m(
@@ -171,36 +161,36 @@ MUTANTS: tuple[Mutant, ...] = (
         # one keeps the owner's position under the new ticket.
         "ring_no_eviction",
         RING,
-        "            self._positions[slot] = token_position\n",
+        "        ring._positions[slot] = token_position\n",
         "",
         RING_TESTS,
     ),
     _m(
         "ring_record_keeps_stale_newest",
         RING,
-        "        self._newest = token_position\n",
+        "    ring._newest = token_position\n",
         "",
         RING_TESTS,
     ),
     _m(
         "ring_ticket_reused_per_slot",
         RING,
-        "            self._tickets[slot] = ticket\n",
+        "        ring._tickets[slot] = ticket\n",
         "",
         RING_TESTS,
     ),
     _m(
         "ring_ticket_is_position",
         RING,
-        "        ticket = _mint_ticket()\n",
-        "        ticket = token_position\n",
+        "    ticket = _mint_ticket()\n",
+        "    ticket = token_position\n",
         RING_TESTS,
     ),
     _m(
         "ring_ticket_counter_per_ring",
         RING,
-        "        ticket = _mint_ticket()\n",
-        "        ticket = max(self._tickets, default=0) + 1\n",
+        "    ticket = _mint_ticket()\n",
+        "    ticket = max(ring._tickets, default=0) + 1\n",
         RING_TESTS,
     ),
     _m(
@@ -231,22 +221,22 @@ MUTANTS: tuple[Mutant, ...] = (
     # _record_rows: the batched step's inlined _record
     _m(
         "batch_ring_cursor_wraps_late",
-        RING,
+        RING_ROWS,
         "ring._cursor = slot + 1 if slot + 1 < ring._capacity else 0",
         "ring._cursor = slot + 1 if slot + 1 <= ring._capacity else 0",
         RING_TESTS,
     ),
     _m(
         "batch_ring_no_eviction",
-        RING,
-        "                ring._positions[slot] = position\n",
+        RING_ROWS,
+        "            ring._positions[slot] = position\n",
         "",
         RING_TESTS,
     ),
     _m(
         "batch_ring_newest_not_put_back",  # a refused step leaves the rows it passed moved on
-        RING,
-        "        for ring in rings:\n            ring._newest = ring._newest_live()\n",
+        RING_ROWS,
+        "    for ring in rings:\n        ring._newest = ring._newest_live()\n",
         "",
         RING_TESTS,
     ),
@@ -266,35 +256,35 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     _m(
         "batch_ring_stale_newest",
-        RING,
-        "            ring._newest = position\n",
+        RING_ROWS,
+        "        ring._newest = position\n",
         "",
         RING_TESTS,
     ),
     _m(
         "batch_ring_ticket_reused_per_slot",
-        RING,
-        "                ring._tickets[slot] = ticket\n",
+        RING_ROWS,
+        "            ring._tickets[slot] = ticket\n",
         "",
         RING_TESTS,
     ),
     _m(
         "batch_ring_tickets_reversed",  # the saves carry other rings' tickets
-        RING,
+        RING_ROWS,
         "return slots, tickets\n",
         "return slots, tickets[::-1]\n",
         RING_TESTS,
     ),
     _m(
         "batch_ring_disabled_records",  # a disabled ring passes the fast path's check
-        RING,
+        RING_ROWS,
         "if position <= ring._newest or not ring._capacity:",
         "if position <= ring._newest:",
         RING_TESTS,
     ),
     _m(
         "batch_ring_ready_allows_equal",  # the fast path lets a repeated position through
-        RING,
+        RING_ROWS,
         "if position <= ring._newest or not ring._capacity:",
         "if position < ring._newest or not ring._capacity:",
         RING_TESTS,
@@ -302,8 +292,8 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(
         "batch_ring_disabled_rows_not_filtered",
         BATCHED,
-        "        list(compress(rows, enabled)),\n",
-        "        list(rows),\n",
+        "    if kept is not None:  # some rows",
+        "    if False:  # some rows",
         BATCHED_TESTS,
     ),
     # lookups: _slot_holding (the newest-slot guess, then a scan), entry_for, the walks
@@ -387,8 +377,8 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(
         "ring_disabled_records",
         RING,
-        "        if not capacity:\n            return None\n",
-        "        if not capacity:\n            capacity = 1\n",
+        "    if not capacity:\n        return None\n",
+        "    if not capacity:\n        capacity = 1\n",
         RING_TESTS,
     ),
     _m(
@@ -422,8 +412,8 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(
         "ring_newest_first_is_oldest_first",
         RING,
-        "return (positions[slot] for slot in self._newest_first_slots())",
-        "return (positions[slot] for slot in self._oldest_first())",
+        "return (positions[slot] for slot in ring._newest_first_slots())",
+        "return (positions[slot] for slot in ring._oldest_first())",
         RING_TESTS,
     ),
     _m(
@@ -852,8 +842,8 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(
         "rb_no_truncate",
         ROLLBACK,
-        "        ring.truncate_after(target)\n",
-        "",
+        "        ring.truncate_after(plan.keep_len)  # the commit",
+        "        pass  # the commit",
         ROLLBACK_TESTS,
     ),
     _m(
@@ -886,76 +876,10 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     # -- pool.py ----------------------------------------------------------------------------
     _m(
-        "pool_rings_seq_equal_len",
-        POOL,
-        "return lambda seq: rings[seq] if seq < count else None",
-        "return lambda seq: rings[seq] if seq <= count else None",
-    ),
-    _m(
-        "pool_check_seq_equal_rows",
-        POOL,
-        "if seq >= rows:",
-        "if seq > rows:",
-    ),
-    _m(
-        "pool_check_slot_equal_slots",
-        POOL,
-        "if slot >= slots:",
-        "if slot > slots:",
-    ),
-    _m(
-        "pool_check_row_once_dropped",
-        POOL,
-        "    first = seen.setdefault(seq, name)\n    if first != name:",
-        "    first = seen.setdefault(seq, name)\n    if False:",
-    ),
-    _m(
-        "pool_check_row_once_per_call",
-        POOL,
-        "    for run in runs:\n        seen: dict[int, str] = {}\n",
-        "    seen: dict[int, str] = {}\n    for run in runs:\n",
-    ),
-    _m(
-        "pool_check_ring_for_save_dropped",
-        POOL,
-        "                if ring_for(seq) is None:",
-        "                if False:",
-    ),
-    _m(
-        "pool_check_pending_ignored",
-        POOL,
-        "held = pending.get((seq, slot))",
-        "held = None",
-    ),
-    _m(
-        "pool_check_pending_not_recorded",
-        POOL,
-        "pending[seq, slot] = (position, ticket)",
-        "pass",
-    ),
-    _m(
-        "pool_check_restore_ticket_ignored",
-        POOL,
-        "if held != (position, ticket):",
-        "if held[0] != position:",
-    ),
-    _m(
-        "pool_check_runs_dropped",
-        POOL,
-        "    _check_runs(pool, runs, ring_for)\n",
-        "",
-    ),
-    _m(
         "pool_failed_saves_not_forgotten",
         POOL,
         "                _forget(ring_for(save.seq), save)\n",
         "                pass\n",
-    ),
-    _m(
-        "pool_failed_saves_not_reported",
-        POOL,
-        "            failed.extend(outcome.failed)\n",
-        "",
     ),
     _m(
         "pool_forget_ticket_unchecked",
@@ -982,12 +906,6 @@ MUTANTS: tuple[Mutant, ...] = (
         ),
     ),
     _m(
-        "pool_runs_one_call_per_save",
-        POOL,
-        "            if saving is not True:",
-        "            if True:",
-    ),
-    _m(
         "pool_check_pool_ignores_stored_ticket",
         POOL,
         'for member in ("save", "restore", "stored_position", "stored_ticket"):',
@@ -995,46 +913,10 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     # -- _slots.py ----------------------------------------------------------------------------
     _m(
-        "slots_restore_ticket_unchecked",
-        SLOTS,
-        "if tickets[i] != r.ticket or positions[i] != r.token_position",
-        "if positions[i] != r.token_position",
-    ),
-    _m(
-        "slots_restore_position_unchecked",
-        SLOTS,
-        "if tickets[i] != r.ticket or positions[i] != r.token_position",
-        "if tickets[i] != r.ticket",
-    ),
-    _m(
-        "slots_index_seq_equal_rows",
-        SLOTS,
-        "if seq >= self._num_sequences:",
-        "if seq > self._num_sequences:",
-    ),
-    _m(
-        "slots_index_slot_equal_slots",
-        SLOTS,
-        "if slot >= self._slots_per_sequence:",
-        "if slot > self._slots_per_sequence:",
-    ),
-    _m(
         "slots_index_bounds_dropped",
         SLOTS,
         '        self._check_ids("seq", seq, "slot", slot)\n',
         "",
-    ),
-    _m(
-        "slots_batch_bounds_off_by_one",
-        SLOTS,
-        "if seq >= num_sequences or slot >= slots:",
-        "if seq > num_sequences or slot > slots:",
-    ),
-    _m(
-        "slots_batch_row_once_dropped",
-        SLOTS,
-        "            if first != i:\n                # A row's",
-        "            if False:\n                # A row's",
     ),
     _m(
         "slots_commit_failed_not_cleared",
@@ -1055,105 +937,39 @@ MUTANTS: tuple[Mutant, ...] = (
         "        for i in flat:\n            positions[i] = tickets[i] = None",
         "        for i in flat:\n            positions[i] = None",
     ),
-    _m(
-        "base_copy_error_not_forgotten",
-        SLOTS,
-        "                self._tags.forget(flat)\n",
-        "                pass\n",
-    ),
-    _m(
-        "base_copy_error_forgets_copied_only",
-        SLOTS,
-        "                self._tags.forget(flat)\n",
-        "                self._tags.forget(copy_flat)\n",
-    ),
-    _m(
-        "base_fault_predicate_inverted",
-        SLOTS,
-        "[k for k in range(len(rows)) if fail(saves[k])]",
-        "[k for k in range(len(rows)) if not fail(saves[k])]",
-    ),
-    _m(
-        "base_failed_committed_as_saved",
-        SLOTS,
-        "        self._tags.commit(flat, positions, tickets, failed)\n",
-        "        self._tags.commit(flat, positions, tickets)\n",
-    ),
-    _m(
-        "base_failed_saves_copied",
-        SLOTS,
-        "copy_rows, copy_flat = [rows[k] for k in kept], [flat[k] for k in kept]",
-        "copy_rows, copy_flat = rows, flat",
-    ),
-    _m(
-        "base_predicate_asked_during_copy",
-        SLOTS,
-        "        failed = [] if fail is None else "
-        "[k for k in range(len(rows)) if fail(saves[k])]\n",
-        "        if rows:\n            self._copy_saves(rows[:1], flat[:1])\n"
-        "        failed = [] if fail is None else "
-        "[k for k in range(len(rows)) if fail(saves[k])]\n",
-    ),
-    _m(
-        "base_restore_owned_unchecked",
-        SLOTS,
-        "        self._check_owned()\n        rows, flat = self._tags.check_restores(restores)",
-        "        rows, flat = self._tags.check_restores(restores)",
-        TORCH,
-    ),
-    _m(
-        "base_save_owned_unchecked",
-        SLOTS,
-        "        self._check_owned()\n"
-        "        rows, flat, positions, tickets = self._tags.check_saves(saves)",
-        "        rows, flat, positions, tickets = self._tags.check_saves(saves)",
-        TORCH,
-    ),
-    _m(
-        "base_copy_all_failed_batch",
-        SLOTS,
-        "        if copy_rows:\n            try:",
-        "        if True:\n            try:",
-    ),
-    _m(
-        "base_copy_empty_restore",
-        SLOTS,
-        "        if rows:\n            self._copy_restores",
-        "        if True:\n            self._copy_restores",
-    ),
     # -- _batched.py: snapshot_boundaries ----------------------------------------------------
     # the known-dtype table: a column of one of these skips the per-element type scan
     _m(
         "batch_known_float_typecodes",
-        BATCHED,
+        COLUMNS,
         '**dict.fromkeys("bBhHiIlLqQ", int),',
         '**dict.fromkeys("bBhHiIlLqQfd", int),',
         BATCHED_TESTS,
     ),
     _m(
         "batch_known_float_dtypes",
-        BATCHED,
+        COLUMNS,
         '_INT_TYPES = ("int8",',
         '_INT_TYPES = ("float32", "float64", "int8",',
         BATCHED_TESTS,
     ),
     _m(
         "batch_known_bool_as_int",
-        BATCHED,
+        COLUMNS,
         '    "bool": bool,\n',
         '    "bool": int,\n',
         BATCHED_TESTS,
     ),
     _m(
         "batch_known_torch_bool_as_int",
-        BATCHED,
+        COLUMNS,
         '"torch.bool": bool,',
         '"torch.bool": int,',
         BATCHED_TESTS,
     ),
     _m(
         "batch_unknown_dtype_trusted",
-        BATCHED,
+        COLUMNS,
         "known = _KNOWN_TYPES.get(str(dtype))",
         "known = _KNOWN_TYPES.get(str(dtype), int)",
         BATCHED_TESTS,
@@ -1161,46 +977,42 @@ MUTANTS: tuple[Mutant, ...] = (
     # the validation fast paths and their fallbacks
     _m(
         "batch_ints_trust_any_known",
-        BATCHED,
-        "if values and (known is int or set(map(type, values)) == {int}):",
-        "if values and (known is not None or set(map(type, values)) == {int}):",
+        COLUMNS,
+        "(known is int or set(map(type, column)) == {int})",
+        "(known is not None or set(map(type, column)) == {int})",
         BATCHED_TESTS,
     ),
     _m(
         "batch_ints_negative_ok",
-        BATCHED,
-        "        if min(ints) >= 0:\n",
-        "        if min(ints) >= -1:\n",
+        COLUMNS,
+        "and min(cast(list[int], column)) >= least",
+        "and min(cast(list[int], column)) >= least - 1",
         BATCHED_TESTS,
     ),
     _m(
         "batch_ints_zero_takes_fallback",
-        BATCHED,
-        "        if min(ints) >= 0:\n",
-        "        if min(ints) > 0:\n",
+        COLUMNS,
+        "and min(cast(list[int], column)) >= least",
+        "and min(cast(list[int], column)) > least",
         BATCHED_TESTS,
-        equivalent=(
-            "only slower: the element loop the column then takes checks each int >= 0 and "
-            "returns the same values"
-        ),
     ),
     _m(
         "batch_flags_trust_any_known",
-        BATCHED,
+        COLUMNS,
         "    if known is bool:\n",
         "    if known is not None:\n",
         BATCHED_TESTS,
     ),
     _m(
         "batch_flags_values_unchecked",
-        BATCHED,
-        "not (types <= {bool, int} and set(values) <= {0, 1})",
+        COLUMNS,
+        "not (types <= {bool, int} and set(column) <= {0, 1})",
         "not (types <= {bool, int})",
         BATCHED_TESTS,
     ),
     _m(
         "batch_step_lengths_unchecked",
-        BATCHED,
+        COLUMNS,
         "    if len(set(lengths.values())) > 1:\n",
         "    if False:\n",
         BATCHED_TESTS,
@@ -1215,28 +1027,28 @@ MUTANTS: tuple[Mutant, ...] = (
     # the rings of the rows
     _m(
         "batch_step_ring_count_off_by_one",
-        BATCHED,
-        "        if rows and max(rows) >= count:",
-        "        if rows and max(rows) > count:",
+        COLUMNS,
+        "rows and max(rows) >= len(rings):",
+        "rows and max(rows) > len(rings):",
         BATCHED_TESTS,
     ),
     _m(
         "batch_step_fast_rings_too_few",
-        BATCHED,
+        COLUMNS,
         "in_order and type(rings) is list and len(rings) >= len(rows)",
         "in_order and type(rings) is list and len(rings) >= len(rows) - 1",
         BATCHED_TESTS,
     ),
     _m(
         "batch_step_fast_rings_ignore_rows",
-        BATCHED,
+        COLUMNS,
         "in_order and type(rings) is list and len(rings) >= len(rows)",
         "type(rings) is list and len(rings) >= len(rows)",
         BATCHED_TESTS,
     ),
     _m(
         "batch_step_ring_types_unchecked",
-        BATCHED,
+        COLUMNS,
         "    if set(map(type, found)) - {SsmDecodeRing}:\n",
         "    if False:\n",
         BATCHED_TESTS,
@@ -1272,87 +1084,32 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     _m(
         "batch_shared_rings_unchecked",  # a ring named for two rows is not checked in-step
-        BATCHED,
-        "        if not SsmDecodeRing._rows_ready(chosen_rings, chosen_positions):\n"
-        "            _refuse_shared_rings(",
-        "        if False:\n            _refuse_shared_rings(",
+        RING_ROWS,
+        "        newest[ring] = (position, j)\n",
+        "",
         BATCHED_TESTS,
     ),
     _m(
         "batch_shared_ring_allows_equal",
-        BATCHED,
+        RING_ROWS,
         "if before is not None and position <= before[0]:",
         "if before is not None and position < before[0]:",
         BATCHED_TESTS,
     ),
     _m(
         "batch_step_order_allows_equal",
-        BATCHED,
-        "if any(map(le, positions, newest)):",
-        "if any(p < q for p, q in zip(positions, newest, strict=True)):",
+        RING_ROWS,
+        "if before is None and position <= ring._newest:",
+        "if before is None and position < ring._newest:",
         BATCHED_TESTS,
     ),
     # -- the batched step's checks in _slots.py and pool.py ----------------------------------
-    _m(
-        "batch_tags_seq_equal_rows",
-        SLOTS,
-        "max(seqs) >= self._num_sequences",
-        "max(seqs) > self._num_sequences",
-    ),
-    _m(
-        "batch_tags_slot_equal_slots",
-        SLOTS,
-        "or max(slots) >= self._slots_per_sequence",
-        "or max(slots) > self._slots_per_sequence",
-    ),
-    _m(
-        "batch_tags_duplicate_rows_ok",
-        SLOTS,
-        "                or len(set(seqs)) != len(seqs)\n",
-        "",
-    ),
-    _m(
-        "batch_fits_seq_equal_rows",
-        POOL,
-        "if max(seqs) >= rows or max(batch.slots) >= slots or len(set(seqs)) != len(seqs):",
-        "if max(seqs) > rows or max(batch.slots) >= slots or len(set(seqs)) != len(seqs):",
-    ),
-    _m(
-        "batch_fits_duplicate_rows_ok",
-        POOL,
-        "if max(seqs) >= rows or max(batch.slots) >= slots or len(set(seqs)) != len(seqs):",
-        "if max(seqs) >= rows or max(batch.slots) >= slots:",
-    ),
-    _m(
-        "batch_fits_rows_seen_earlier_ok",
-        POOL,
-        "    if not seen.keys().isdisjoint(seqs) or None in map(ring_for, seqs):",
-        "    if None in map(ring_for, seqs):",
-    ),
-    _m(
-        "batch_fits_missing_ring_ok",
-        POOL,
-        "    if not seen.keys().isdisjoint(seqs) or None in map(ring_for, seqs):",
-        "    if not seen.keys().isdisjoint(seqs):",
-    ),
-    _m(
-        "batch_fits_rows_not_marked_seen",
-        POOL,
-        '    seen.update(dict.fromkeys(seqs, "an earlier SaveBatch"))\n',
-        "",
-    ),
-    _m(
-        "batch_fits_pending_not_recorded",
-        POOL,
-        "                if has_restores:\n",
-        "                if False:\n",
-    ),
     # -- _effect_values.py --------------------------------------------------------------------
     _m(
         "effects_dict_drops_ticket",
         EFFECT_VALUES,
-        "**attrs.asdict(self, recurse=False)}",
-        '**attrs.asdict(self, recurse=False, filter=lambda a, _: a.name != "ticket")}',
+        "**attrs.asdict(self, recurse=False)}\n\n\n@attrs.frozen\nclass SsmSnapshotSave(",
+        '**attrs.asdict(self, recurse=False, filter=lambda a, _: a.name != "ticket")}\n\n\n@attrs.frozen\nclass SsmSnapshotSave(',
         EFFECT_TESTS,
     ),
     _m(
@@ -1372,8 +1129,8 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(
         "effects_ticket_unvalidated",
         EFFECT_VALUES,
-        "    ticket: int = attrs.field(validator=_non_negative_int)",
-        "    ticket: int = attrs.field()",
+        "    token_position: int = attrs.field(validator=_non_negative_int)\n    ticket: int = attrs.field(validator=_non_negative_int)",
+        "    token_position: int = attrs.field(validator=_non_negative_int)\n    ticket: int = attrs.field()",
         EFFECT_TESTS,
     ),
     _m(
@@ -1579,21 +1336,21 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     _m(
         "torch_fingerprint_no_pointer",
-        TORCH_MOD,
+        TORCH_CHECKS,
         "return (tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype, tensor.device)",
         "return (0, tensor.shape, tensor.stride(), tensor.dtype, tensor.device)",
         TORCH,
     ),
     _m(
         "torch_fingerprint_no_strides",
-        TORCH_MOD,
+        TORCH_CHECKS,
         "return (tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype, tensor.device)",
         "return (tensor.data_ptr(), tensor.shape, (), tensor.dtype, tensor.device)",
         TORCH,
     ),
     _m(
         "torch_fingerprint_no_shape",
-        TORCH_MOD,
+        TORCH_CHECKS,
         "return (tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype, tensor.device)",
         "return (tensor.data_ptr(), torch.Size(), tensor.stride(), tensor.dtype, tensor.device)",
         TORCH,
@@ -1607,14 +1364,14 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     _m(
         "torch_batch_dim_missing_ok",
-        TORCH_MOD,
+        TORCH_CHECKS,
         "if tensor.dim() <= batch_dim:",
         "if tensor.dim() < batch_dim:",
         TORCH,
     ),
     _m(
         "torch_row_count_mismatch_ok",
-        TORCH_MOD,
+        TORCH_CHECKS,
         "        elif tensor.shape[batch_dim] != rows:",
         "        elif False:",
         TORCH,
@@ -1623,45 +1380,24 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(
         "hf_crop_checks_interleaved",
         HF_MOD,
-        "    plans = [_crop_plan(idx, layer, length) for idx, layer in "
-        "enumerate(cache_layers(cache))]\n"
-        "    for plan in plans:  # every layer checked before any is changed\n"
-        "        if plan is not None:\n",
-        "    for idx, layer in enumerate(_layers(cache)):\n"
-        "        plan = _crop_plan(idx, layer, length)\n"
-        "        if plan is not None:\n",
+        "    plans = [_crop_plan(idx, layer, length) for idx, layer in enumerate(cache_layers(cache))]",
+        "    plans = (_crop_plan(idx, layer, length) for idx, layer in enumerate(cache_layers(cache)))",
         HF,
         select=HF_SELECT,
     ),
     _m(
         "hf_full_crop_refuses_exact_length",
         HF_MOD,
-        "    held = DynamicLayer.get_seq_length(layer)\n    if length > held:",
-        "    held = DynamicLayer.get_seq_length(layer)\n    if length >= held:",
+        "    if length > held:\n        raise InvalidArgumentError(",
+        "    if length >= held:\n        raise InvalidArgumentError(",
         HF,
         select=HF_SELECT,
     ),
     _m(
         "hf_full_crop_length_unchecked",
         HF_MOD,
-        "    held = DynamicLayer.get_seq_length(layer)\n    if length > held:",
-        "    held = DynamicLayer.get_seq_length(layer)\n    if False:",
-        HF,
-        select=HF_SELECT,
-    ),
-    _m(
-        "hf_sliding_crop_length_unchecked",
-        HF_MOD,
-        "    if length > total:",
-        "    if False:",
-        HF,
-        select=HF_SELECT,
-    ),
-    _m(
-        "hf_sliding_crop_refuses_exact_length",
-        HF_MOD,
-        "    if length > total:",
-        "    if length >= total:",
+        "    if length > held:\n        raise InvalidArgumentError(",
+        "    if False:\n        raise InvalidArgumentError(",
         HF,
         select=HF_SELECT,
     ),
@@ -1715,7 +1451,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     _m(
         "hf_restore_skips_cache_check",
-        HF_MOD,
+        HF_POOL_MOD,
         "        self._check_unchanged()\n        self._pool.restore(restores)",
         "        self._pool.restore(restores)",
         HF,
@@ -1723,7 +1459,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     _m(
         "hf_save_skips_cache_check",
-        HF_MOD,
+        HF_POOL_MOD,
         "        self._check_unchanged()\n        return self._pool.save(saves)",
         "        return self._pool.save(saves)",
         HF,
@@ -1754,22 +1490,22 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(
         "reserve_fit_ignores_sequences",
         RESERVE_MOD,
-        "    fit = free // (sequences * per_slot)",
-        "    fit = free // per_slot",
+        "fit = max(0, free - speculative) // (sequences * per_slot)",
+        "fit = max(0, free - speculative) // per_slot",
         RESERVE,
     ),
     _m(
         "reserve_zero_bytes_divides",
         RESERVE_MOD,
-        "    if sequences == 0:",
-        "    if False:",
+        'sequences = check_positive("max_sequences", max_sequences)',
+        "sequences = max_sequences",
         RESERVE,
     ),
     _m(
         "reserve_total_ignores_sequences",
         RESERVE_MOD,
-        "return RingDepth(slots, rule, per_slot, slots * sequences * per_slot, fit)",
-        "return RingDepth(slots, rule, per_slot, slots * per_slot, fit)",
+        "return RingDepth(slots, rule, per_slot, slots * sequences * per_slot, fit, speculative)",
+        "return RingDepth(slots, rule, per_slot, slots * per_slot, fit, speculative)",
         RESERVE,
     ),
     _m(
@@ -2081,3 +1817,10 @@ MUTANTS: tuple[Mutant, ...] = (
         WIRE_TESTS,
     ),
 )
+
+from mutants_core import CORE_MUTANTS  # noqa: E402
+from mutants_hf_tp import HF_TP_MUTANTS  # noqa: E402
+from mutants_pool import POOL_MUTANTS  # noqa: E402
+from mutants_prefix import PREFIX_MUTANTS  # noqa: E402
+
+MUTANTS = MUTANTS + CORE_MUTANTS + POOL_MUTANTS + PREFIX_MUTANTS + HF_TP_MUTANTS

@@ -247,6 +247,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     parser.add_argument(
+        "--check",
+        action="store_true",
+        help="run nothing: check that each chosen mutant's snippet occurs exactly once "
+        "in the work tree (or --rev) and that its test files exist",
+    )
+    parser.add_argument(
         "--merge",
         nargs="+",
         type=Path,
@@ -288,6 +294,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if (not args.only or m.name in args.only) and (not args.module or m.module in args.module)
     ]
 
+    if args.check:
+        return check(chosen, args)
+
     jobs = max(1, min(args.jobs, 2))  # at most two: the machine is shared
     results: list[dict[str, object]] = []
     with ThreadPoolExecutor(max_workers=jobs) as pool:
@@ -312,6 +321,45 @@ def main(argv: Sequence[str] | None = None) -> int:
             results.append(result)
             print(f"{result['name']:40} {result['status']:9} {result['seconds']:7}s", flush=True)
     return report(results, args)
+
+
+def _source(module: str, rev: str | None) -> str:
+    """The text of ``src/ssm_rollback/<module>`` in the work tree or at ``rev`` ("" if absent)."""
+    relative = f"src/ssm_rollback/{module}"
+    if rev is None:
+        path = ROOT / relative
+        return path.read_text(encoding="utf-8") if path.is_file() else ""
+    shown = subprocess.run(
+        ["git", "show", f"{rev}:{relative}"], cwd=ROOT, capture_output=True, text=True
+    )
+    return shown.stdout if shown.returncode == 0 else ""
+
+
+def check(chosen: Sequence[Mutant], args: argparse.Namespace) -> int:
+    """Report every mutant whose snippet is not there exactly once, or whose tests are missing.
+
+    No copy, no test run: seconds, so a stale snippet is found as soon as the code moves.
+    """
+    texts: dict[str, str] = {}
+    stale = 0
+    for m in chosen:
+        if m.module not in texts:
+            texts[m.module] = _source(m.module, args.rev)
+        problems = []
+        count = texts[m.module].count(m.original)
+        if count != 1:
+            problems.append(f"snippet occurs {count} times")
+        elif m.original == m.replacement:
+            problems.append("replacement equals the original")
+        missing = [t for t in m.tests if not (ROOT / t).exists()]
+        if missing:
+            problems.append(f"test files missing: {missing}")
+        if problems:
+            stale += 1
+            print(f"STALE {m.name:40} {m.module:32} {'; '.join(problems)}")
+    modules = sorted({m.module for m in chosen})
+    print(f"{len(chosen) - stale} of {len(chosen)} mutants apply ({len(modules)} modules)")
+    return 1 if stale else 0
 
 
 def _commit(rev: str) -> str:

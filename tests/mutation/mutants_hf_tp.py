@@ -1,0 +1,115 @@
+"""Mutants of the Hugging Face decoders (the speculative loop, drafting) and the
+tensor-parallel agreement check, written at HEAD."""
+
+from __future__ import annotations
+
+from mutant_base import Mutant, mutant
+
+SPEC = "integrations/_hf/speculative.py"
+DRAFTING = "integrations/_hf/drafting.py"
+AGREEMENT = "_tp/agreement.py"
+
+GAPS = "tests/test_mutation_gaps.py"
+# The decoders' tests build tiny models: a narrow selection of the speculative ones.
+SPEC_TESTS = (GAPS, "tests/test_generation.py", "tests/test_hf_fail_closed.py")
+SPEC_SELECT = ("-k", "eos or boundary_snapshots or refuses_a_batch or draft or padded")
+# The multi-rank fault runs take minutes: the scheduler's answer is tested in one process.
+AGREEMENT_TESTS = (GAPS,)
+AGREEMENT_SELECT = ("-k", "retire")
+
+
+def _s(name: str, module: str, original: str, replacement: str, **kw: str) -> Mutant:
+    return mutant(name, module, original, replacement, SPEC_TESTS, *SPEC_SELECT, **kw)
+
+
+def _a(name: str, original: str, replacement: str, **kw: str) -> Mutant:
+    return mutant(name, AGREEMENT, original, replacement, AGREEMENT_TESTS, *AGREEMENT_SELECT, **kw)
+
+
+HF_TP_MUTANTS: tuple[Mutant, ...] = (
+    # -- speculative_generate ------------------------------------------------------------------
+    _s(
+        "spec_cut_keeps_tokens_after_eos",
+        SPEC,
+        "            return tokens[: i + 1]\n",
+        "            return tokens\n",
+    ),
+    _s(
+        "spec_cut_drops_the_eos",
+        SPEC,
+        "            return tokens[: i + 1]\n",
+        "            return tokens[:i]\n",
+    ),
+    _s(
+        "spec_snapshot_fed_one_past_the_boundary",  # the boundary's snapshot at the wrong position
+        SPEC,
+        "upto = prompt_len + segment.through - len(target.fed)",
+        "upto = prompt_len + segment.through - len(target.fed) + 1",
+    ),
+    _s(
+        "spec_first_position_off_by_one",
+        SPEC,
+        "        first_position=first,\n",
+        "        first_position=first + 1,\n",
+    ),
+    _s(
+        "spec_keep_off_by_one",
+        SPEC,
+        "keep = prompt_len + first + n  #",
+        "keep = prompt_len + first + n + 1  #",
+    ),
+    _s(
+        "spec_rejected_drafts_not_rewound",
+        SPEC,
+        "        if n < len(drafts):\n            target.rewind(keep)",
+        "        if False:\n            target.rewind(keep)",
+    ),
+    _s("spec_greedy_bonus_is_first", SPEC, "return n, int(chosen[n])", "return n, int(chosen[0])"),
+    _s(
+        "spec_greedy_accepts_one_more",
+        SPEC,
+        "while n < len(drafts) and drafts[n] == chosen[n]:",
+        "while n < len(drafts) and (n == 0 or drafts[n] == chosen[n]):",
+    ),
+    _s("spec_padding_accepted", SPEC, "    if prompts.padded:\n", "    if False:\n"),
+    _s("spec_batch_accepted", SPEC, "if len(prompts.rows) != 1:", "if len(prompts.rows) < 1:"),
+    _s(
+        "spec_forward_unprobed",
+        SPEC,
+        '    if verifies:\n        check_multi_token_forward("model", model, vocab)\n',
+        "",
+    ),
+    # -- drafting ------------------------------------------------------------------------------
+    _s(
+        "draft_lookup_shortest_ngram_first",
+        DRAFTING,
+        "for n in range(min(max_ngram, length - 1), 0, -1):",
+        "for n in range(1, min(max_ngram, length - 1) + 1):",
+    ),
+    _s(
+        "draft_lookup_empty_follow_returned",
+        DRAFTING,
+        "                if follow:\n                    return follow\n",
+        "                return follow\n",
+    ),
+    _s("draft_too_many_ok", DRAFTING, "if len(proposed) > k:", "if len(proposed) > k + 1:"),
+    _s("draft_vocab_smaller_ok", DRAFTING, "if own != vocab:", "if own < vocab:"),
+    _s(
+        "draft_assistant_never_rewound",
+        DRAFTING,
+        "        if common < len(held):\n            stream.rewind(common)",
+        "        if False:\n            stream.rewind(common)",
+    ),
+    # -- the agreement check's scheduler answer -----------------------------------------------
+    _a(
+        "agreement_retire_ignores_tickets",  # retires an entry whose ticket no rank disputes
+        "if entry is not None and entry.ticket in d.tickets:",
+        "if entry is not None:",
+    ),
+    _a(
+        "agreement_retire_row_bound_inclusive",
+        "return rings[seq] if seq < len(rings) else None",
+        "return rings[seq] if seq <= len(rings) else None",
+    ),
+    _a("agreement_retire_not_discarded", "            ring.discard(entry.token_position)\n", ""),
+)

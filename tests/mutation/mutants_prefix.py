@@ -1,0 +1,245 @@
+# ruff: noqa: E501  (snippets are the source text, whole lines)
+"""Mutants of the prefix index written at HEAD: the radix tree (``_trie``) and
+``PrefixSnapshotIndex`` (match, plan_prefill, publish, release, discard, eviction, pins)."""
+
+from __future__ import annotations
+
+from mutant_base import Mutant, mutant
+
+TRIE = "_core/prefix/_trie.py"
+INDEX = "_core/prefix/_index.py"
+PREFIX_TESTS = ("tests/test_prefix_placement.py", "tests/test_prefix_index.py")
+
+
+def _x(name: str, module: str, original: str, replacement: str, **kw: str) -> Mutant:
+    return mutant(name, module, original, replacement, PREFIX_TESTS, **kw)
+
+
+PREFIX_MUTANTS: tuple[Mutant, ...] = (
+    # -- the radix tree ----------------------------------------------------------------------
+    _x("trie_longest_ignores_limit", TRIE, "if end > limit or end > size or", "if end > size or"),
+    _x(
+        "trie_longest_limit_off_by_one",
+        TRIE,
+        "if end > limit or end > size or",
+        "if end > limit + 1 or end > size or",
+    ),
+    _x(
+        "trie_longest_edge_uncompared",  # a hash-like hit: the first token only
+        TRIE,
+        "if end > limit or end > size or tokens[depth:end] != child.label:",
+        "if end > limit or end > size:",
+    ),
+    _x(
+        "trie_longest_valueless_node_hits",
+        TRIE,
+        "            if node.value is not None:\n                best = node.value\n",
+        "            best = node.value\n",
+    ),
+    _x(
+        "trie_find_deeper_child_ok",
+        TRIE,
+        "if child is None or child.depth > length:",
+        "if child is None:",
+    ),
+    _x(
+        "trie_find_edge_uncompared",
+        TRIE,
+        "            if list(tokens[depth : child.depth]) != child.label:\n                return None\n",
+        "",
+    ),
+    _x(
+        "trie_put_no_split",
+        TRIE,
+        "            if shared < len(label):  # the new prefix",
+        "            if False:  # the new prefix",
+    ),
+    _x(
+        "trie_put_leaf_too_long",
+        TRIE,
+        "leaf: _Node[V] = _Node(list(tokens[depth:length]), length, node)",
+        "leaf: _Node[V] = _Node(list(tokens[depth:]), length, node)",
+    ),
+    _x(
+        "trie_split_depth_off_by_one",
+        TRIE,
+        "child.depth - len(child.label) + at, parent)",
+        "child.depth - len(child.label) + at + 1, parent)",
+    ),
+    _x("trie_remove_absent_ok", TRIE, "if node is None or node.value is None:", "if node is None:"),
+    _x(
+        "trie_remove_no_prune",
+        TRIE,
+        "        node.value = None\n        self._prune(node)\n",
+        "        node.value = None\n",
+    ),
+    _x(
+        "trie_prune_no_merge",
+        TRIE,
+        "            if len(node.children) == 1:\n",
+        "            if False:\n",
+    ),
+    _x(
+        "trie_common_off_by_one",
+        TRIE,
+        "    while shared < limit and label[shared] == tokens[start + shared]:\n        shared += 1\n    return shared",
+        "    while shared < limit and label[shared] == tokens[start + shared]:\n        shared += 1\n    return max(0, shared - 1) if shared < limit else shared",
+    ),
+    # -- PrefixSnapshotIndex ------------------------------------------------------------------
+    _x(
+        "index_match_leaves_no_token",  # rule 3
+        INDEX,
+        "found = self._trie.longest(_token_list(tokens), len(tokens) - 1) if self._by_slot else None",
+        "found = self._trie.longest(_token_list(tokens), len(tokens)) if self._by_slot else None",
+    ),
+    _x(
+        "index_plan_leaves_no_token",
+        INDEX,
+        "found = self._trie.longest(token_list, len(token_list) - 1) if self._by_slot else None",
+        "found = self._trie.longest(token_list, len(token_list)) if self._by_slot else None",
+    ),
+    _x(
+        "index_publish_at_bound_inclusive",
+        INDEX,
+        "if positions and positions[-1] >= len(token_list):",
+        "if positions and positions[-1] > len(token_list):",
+    ),
+    _x("index_hit_not_pinned", INDEX, "            found.pins += 1\n", ""),
+    _x("index_hit_not_counted", INDEX, "            found.hits += 1\n", ""),
+    _x(
+        "index_hit_restore_wrong_length",
+        INDEX,
+        "hit = PrefixHit(e, SsmPrefixRestore(seq, e.slot, e.length, e.ticket))",
+        "hit = PrefixHit(e, SsmPrefixRestore(seq, e.slot, e.length - 1, e.ticket))",
+    ),
+    _x(
+        "index_hit_start_zero",
+        INDEX,
+        "start = 0 if hit is None else hit.entry.length",
+        "start = 0",
+    ),
+    _x(
+        "index_publish_at_hit_saved_again",
+        INDEX,
+        "if position <= start or position == 0:",
+        "if position < start or position == 0:",
+    ),
+    _x(
+        "index_live_prefix_placed_again",
+        INDEX,
+        "            if live is not None:\n                self._touch(live)\n                continue\n",
+        "",
+    ),
+    _x("index_placed_not_pinned", INDEX, "            placed.pins += 1\n", ""),
+    _x(
+        "index_no_final_chunk",
+        INDEX,
+        "        chunks.append(PrefillChunk(len(token_list), None))\n",
+        "",
+    ),
+    _x(
+        "index_release_unpins_discarded",
+        INDEX,
+        "            if self._by_slot.get(live.entry.slot) is live:  # not discarded since\n",
+        "            if True:  # not discarded since\n",
+    ),
+    _x(
+        "index_release_twice_ok",
+        INDEX,
+        "        if pinned is None:\n            raise InvalidArgumentError(\n"
+        "                f\"'plan' must be a PrefillPlan",
+        "        if pinned is None:\n            return\n        if False:\n            raise InvalidArgumentError(\n"
+        "                f\"'plan' must be a PrefillPlan",
+    ),
+    _x(
+        "index_publish_length_zero_ok",
+        INDEX,
+        "if not 1 <= length <= len(token_list):",
+        "if not 0 <= length <= len(token_list):",
+    ),
+    _x(
+        "index_publish_length_past_tokens_ok",
+        INDEX,
+        "if not 1 <= length <= len(token_list):",
+        "if not 1 <= length <= len(token_list) + 1:",
+    ),
+    _x(
+        "index_publish_live_placed_again",
+        INDEX,
+        "        if live is not None:\n            self._touch(live)\n            return None\n",
+        "",
+    ),
+    _x(
+        "index_publish_save_wrong_ticket",
+        INDEX,
+        "        e = placed.entry\n        return SsmPrefixSave(seq, e.slot, e.length, e.ticket)",
+        "        e = placed.entry\n        return SsmPrefixSave(seq, e.slot, e.length, e.ticket + 1)",
+    ),
+    _x(
+        "index_full_not_evicting",
+        INDEX,
+        "        if not self._free:\n            victim = self._victim()\n",
+        "        if not self._free:\n            victim = None\n",
+    ),
+    _x(
+        "index_victim_pinned_ok",
+        INDEX,
+        "free = [live for live in self._by_slot.values() if not live.pins]",
+        "free = list(self._by_slot.values())",
+    ),
+    _x(
+        "index_lru_evicts_newest",
+        INDEX,
+        "return min(free, key=lambda live: live.used)",
+        "return max(free, key=lambda live: live.used)",
+    ),
+    _x(
+        "index_benefit_ignores_hits",
+        INDEX,
+        "(1 + live.hits) * live.entry.length / (1 + clock - live.used),",
+        "live.entry.length / (1 + clock - live.used),",
+    ),
+    _x(
+        "index_benefit_ignores_length",
+        INDEX,
+        "(1 + live.hits) * live.entry.length / (1 + clock - live.used),",
+        "(1 + live.hits) / (1 + clock - live.used),",
+    ),
+    _x(
+        "index_place_same_ticket",
+        INDEX,
+        "live = _Live(PrefixEntry(length, slot, mint_ticket()), tuple(tokens[:length]))",
+        "live = _Live(PrefixEntry(length, slot, slot + 1), tuple(tokens[:length]))",
+    ),
+    _x("index_drop_slot_not_freed", INDEX, "        self._free.append(live.entry.slot)\n", ""),
+    _x(
+        "index_drop_pins_kept",
+        INDEX,
+        "        self._free.sort(reverse=True)\n        live.pins = 0\n",
+        "        self._free.sort(reverse=True)\n",
+    ),
+    _x(
+        "index_free_taken_highest_first",
+        INDEX,
+        "self._free = list(range(self._capacity - 1, -1, -1))",
+        "self._free = list(range(self._capacity))",
+    ),
+    _x(
+        "index_touch_no_clock",
+        INDEX,
+        "        self._clock += 1\n        live.used",
+        "        live.used",
+    ),
+    _x(
+        "index_discard_any_entry_at_slot",
+        INDEX,
+        "if live is None or live.entry != entry:",
+        "if live is None:",
+    ),
+    _x(
+        "index_eviction_name_unchecked",
+        INDEX,
+        "        if self._eviction not in EVICTIONS:\n",
+        "        if False:\n",
+    ),
+)
