@@ -18,6 +18,8 @@ from ssm_rollback import (
     OutOfOrderError,
     SaveBatch,
     SsmDecodeRing,
+    SsmSnapshotRestore,
+    SsmSnapshotSave,
     SsmStateAccept,
     StaleSnapshotError,
     VerifyPlan,
@@ -240,3 +242,22 @@ def test_an_unticketed_accept_built_by_hand_is_taken_as_before() -> None:
     pool.accept([SsmStateAccept(0, 1)])
     pool.accept([SsmStateAccept(0, 0)])
     assert pool.live[0] == "x"
+
+
+def test_a_save_applied_twice_in_one_call_is_refused_before_any_copy() -> None:
+    """save A, restore, save A in one apply_effects call: the second save passed, as the
+    applied-twice rule looked only at what slots held before the call."""
+    pool, ring = FakeSnapshotPool(1, 2), SsmDecodeRing(2)
+    ring.record(3)
+    entry = ring.entry_for(3)
+    assert entry is not None
+    save = SsmSnapshotSave(0, entry.snapshot_slot, 3, entry.ticket)
+    restore = SsmSnapshotRestore(0, entry.snapshot_slot, 3, entry.ticket)
+    pool.live[0] = "after 3"
+    pool.intermediate[0] = ["after 3"]
+    with pytest.raises(StaleSnapshotError, match="repeats a save earlier in the same call"):
+        apply_effects(pool, [save, restore, save], [ring])
+    with pytest.raises(StaleSnapshotError, match="repeats a save earlier in the same call"):
+        apply_effects(pool, [save, SaveBatch([], [], [], []), SsmStateAccept(0, 0), save], [ring])
+    assert pool.save_calls == 0
+    assert pool.stored_ticket(0, entry.snapshot_slot) is None

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 from ssm_rollback import SsmDecodeRing
 from ssm_rollback.distributed import AgreementError, SlotDispute, retire_disputed
@@ -59,14 +63,15 @@ pytest.importorskip("transformers")
 
 
 @functools.cache
-def _model() -> torch.nn.Module:
+def _model() -> PreTrainedModel:
     from transformers import AutoModelForCausalLM
 
     from ssm_rollback.testing import tiny_config
 
     torch.manual_seed(0)
-    built: torch.nn.Module = AutoModelForCausalLM.from_config(tiny_config("mamba2"))  # type: ignore[no-untyped-call]
-    return built.eval()
+    built: PreTrainedModel = AutoModelForCausalLM.from_config(tiny_config("mamba2"))  # type: ignore[no-untyped-call]
+    built.eval()  # type: ignore[no-untyped-call]
+    return built
 
 
 @pytest.mark.usefixtures("quiet_warnings")

@@ -16,6 +16,10 @@ commit dba0ee3 and no longer occur (``README.md`` says how to run those).
 from __future__ import annotations
 
 from mutant_base import Mutant
+from mutants_core import CORE_MUTANTS
+from mutants_hf_tp import HF_TP_MUTANTS
+from mutants_pool import POOL_MUTANTS
+from mutants_prefix import PREFIX_MUTANTS
 
 CHECKS = "tests/test_check_boundaries.py"
 CORE = (
@@ -1818,9 +1822,5 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
 )
 
-from mutants_core import CORE_MUTANTS  # noqa: E402
-from mutants_hf_tp import HF_TP_MUTANTS  # noqa: E402
-from mutants_pool import POOL_MUTANTS  # noqa: E402
-from mutants_prefix import PREFIX_MUTANTS  # noqa: E402
 
 MUTANTS = MUTANTS + CORE_MUTANTS + POOL_MUTANTS + PREFIX_MUTANTS + HF_TP_MUTANTS

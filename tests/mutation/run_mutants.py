@@ -34,7 +34,8 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from mutants import MUTANTS, Mutant
+from mutant_base import Mutant
+from mutants import MUTANTS
 
 ROOT = Path(__file__).resolve().parents[2]
 COPIED = ("src", "tests", "docs", "pyproject.toml", "README.md")

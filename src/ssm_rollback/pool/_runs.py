@@ -199,7 +199,8 @@ def check_runs(
     shared: dict[int, tuple[int, int]] = {}
     # seq -> ticket of the last accept on that row earlier in this call (rule 7).
     accepted: dict[int, int] = {}
-    has_restores = any(run.restores for run in runs)
+    # A later save run must also not repeat an earlier one's (rule 6 within the call).
+    track = any(run.restores for run in runs) or sum(1 for run in runs if run.saves) > 1
     checked: list[Checked] = []
     for run in runs:
         names = run.names()
@@ -221,7 +222,8 @@ def check_runs(
                 distinct=isinstance(values, SaveBatch) and values.distinct,
             )
             _check_rings(saves.rows, rings, checks.num_sequences, names)
-            if has_restores:
+            if track:
+                _check_saved_once(saves, pending, names)
                 pending.update(zip(saves.flat, zip(positions, tickets, strict=True), strict=True))
             checked.append(saves)
         elif run.restores:
@@ -239,6 +241,22 @@ def check_runs(
             _check_accepted_once(accepts, accepted, names)
             checked.append(accepts)
     return checked
+
+
+def _check_saved_once(
+    checked: CheckedSaves, pending: dict[int, tuple[int, int]], names: Names
+) -> None:
+    """Rule 6 across the runs of one call: a save whose slot an earlier run gave its ticket."""
+    if not pending:
+        return
+    for k, (i, ticket) in enumerate(zip(checked.flat, checked.tickets, strict=True)):
+        earlier = pending.get(i)
+        if earlier is not None and earlier[1] == ticket:
+            raise StaleSnapshotError(
+                f"refusing the effects, copying nothing: '{names.of(k)}' (seq "
+                f"{checked.rows[k]}, ticket {ticket}) repeats a save earlier in the same call - "
+                f"a save applied twice"
+            )
 
 
 def _check_accepted_once(checked: CheckedAccepts, accepted: dict[int, int], names: Names) -> None:
