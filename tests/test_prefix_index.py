@@ -73,9 +73,10 @@ class ReferenceIndex:
         """GreedyDual: the level at its last use plus its value (SPEC 13's "benefit")."""
         return e.base + len(e.tokens) * (e.uses - self.covered(e))
 
-    def _place(self, tokens: Sequence[int], length: int) -> _Ref | None:
+    def _place(self, tokens: Sequence[int], length: int, own: Sequence[_Ref] = ()) -> _Ref | None:
         if len(self.entries) == self.capacity:
-            free = [e for e in self.entries if not e.pins]
+            # A plan may evict what it placed itself for an earlier position.
+            free = [e for e in self.entries if not e.pins or any(e is o for o in own)]
             if not free:
                 self.stats["declined"] += 1
                 return None
@@ -115,6 +116,7 @@ class ReferenceIndex:
             pinned.append(hit)
         start = 0 if hit is None else len(hit.tokens)
         saves: list[int | None] = []
+        own: list[_Ref] = []
         for p in sorted(set(publish_at)):
             if p <= start:
                 continue
@@ -122,11 +124,14 @@ class ReferenceIndex:
             if live is not None:
                 self._touch(live)
                 continue
-            placed = self._place(tokens, p)
+            placed = self._place(tokens, p, own)
             if placed is not None:
                 placed.pins += 1
-                pinned.append(placed)
-                saves.append(placed.slot)
+                own.append(placed)
+        for e in own:
+            if any(e is o for o in self.entries):
+                pinned.append(e)
+                saves.append(e.slot)
         return hit, saves, pinned
 
     def publish(self, tokens: Sequence[int], length: int) -> int | None:
@@ -366,3 +371,18 @@ def test_benefit_remembers_a_prefix_asked_for_again_after_its_eviction() -> None
     for junk in (6, 5):
         index.publish(0, [junk] * 4, 2)
     assert index.match(system) is not None  # plain LRU, or a policy without memory, drops it
+
+
+@pytest.mark.parametrize("eviction", ["lru", "benefit"])
+def test_a_plan_of_more_positions_than_slots_keeps_its_longest_not_its_first(
+    eviction: str,
+) -> None:
+    """Its own earlier publishes make way (their saves left out), instead of declines."""
+    index = PrefixSnapshotIndex(2, eviction=eviction)  # type: ignore[arg-type]
+    plan = index.plan_prefill(0, [5, 6, 7, 8, 9, 10], publish_at=[1, 2, 3, 4, 5])
+    assert [save.length for save in plan.saves] == [4, 5]
+    assert [chunk.end for chunk in plan.chunks] == [4, 5, 6]
+    assert index.stats.declined == 0
+    assert index.publish(1, [1, 2, 3], 2) is None  # still pinned by the plan for the rest
+    index.release(plan)
+    index.check_valid()

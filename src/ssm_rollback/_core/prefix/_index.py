@@ -16,7 +16,11 @@ The rules, which every method cites:
    shared slot only when it holds exactly that ticket, so a slot reused for
    another prefix is never restored for the old one.
 6. **Pins.** A plan's hit, and every entry a plan publishes, is pinned
-   until ``release(plan)``; a pinned entry is never evicted.
+   until ``release(plan)``; a pinned entry is never evicted by anyone
+   else. A plan may evict what it published itself for a later position
+   (the save of the earlier one is then left out; the later chunk's save
+   overwrites the slot): a plan of more positions than slots keeps the
+   ones the policy prefers, not the first few and a flood of declines.
 7. **Eviction.** A full index evicts an unpinned entry by its policy:
    ``"lru"`` (least recently published or hit) or ``"benefit"``; with
    every slot pinned, a publish is declined. ``"benefit"`` keeps what
@@ -192,7 +196,8 @@ class PrefixSnapshotIndex:
             e = found.entry
             hit = PrefixHit(e, SsmPrefixRestore(seq, e.slot, e.length, e.ticket))
         start = 0 if hit is None else hit.entry.length
-        chunks = []
+        chunks: list[PrefillChunk] = []
+        own: list[_Live] = []
         for position in positions:
             if position <= start or position == 0:
                 continue
@@ -200,13 +205,17 @@ class PrefixSnapshotIndex:
             if live is not None:
                 self._touch(live)
                 continue
-            placed = self._place(token_list, position)
+            placed = self._place(token_list, position, own)
             if placed is None:
                 continue
             placed.pins += 1
-            pinned.append(placed)
-            e = placed.entry
-            chunks.append(PrefillChunk(position, SsmPrefixSave(seq, e.slot, e.length, e.ticket)))
+            own.append(placed)
+        for live in own:
+            if self._by_slot.get(live.entry.slot) is live:  # not evicted for a later position
+                pinned.append(live)
+                e = live.entry
+                save = SsmPrefixSave(seq, e.slot, e.length, e.ticket)
+                chunks.append(PrefillChunk(e.length, save))
         chunks.append(PrefillChunk(len(token_list), None))
         plan = PrefillPlan(seq, hit, start, tuple(chunks), mint_ticket())
         self._plans[plan.pin] = tuple(pinned)
@@ -278,10 +287,13 @@ class PrefixSnapshotIndex:
 
     # -- placement and eviction ------------------------------------------------------
 
-    def _place(self, tokens: list[int], length: int) -> _Live | None:
-        """A new entry at ``tokens[:length]`` in a free or evicted slot; ``None``: declined."""
+    def _place(self, tokens: list[int], length: int, own: Sequence[_Live] = ()) -> _Live | None:
+        """A new entry at ``tokens[:length]`` in a free or evicted slot; ``None``: declined.
+
+        ``own``: what the plan placing it has placed so far, which it may evict (rule 6).
+        """
         if not self._free:
-            victim = self._victim()
+            victim = self._victim(own)
             if victim is None:
                 self._stats["declined"] += 1
                 return None
@@ -321,9 +333,10 @@ class PrefixSnapshotIndex:
         live.parent = parent
         siblings[live.entry.slot] = live
 
-    def _victim(self) -> _Live | None:
+    def _victim(self, own: Sequence[_Live]) -> _Live | None:
         """The unpinned entry the policy evicts (rule 7), or ``None`` when all are pinned."""
-        free = [live for live in self._by_slot.values() if not live.pins]
+        mine = {id(live) for live in own}
+        free = [live for live in self._by_slot.values() if not live.pins or id(live) in mine]
         if not free:
             return None
         if self._eviction == "lru":
