@@ -142,3 +142,73 @@ def test_the_demo_runs_without_the_test_kit_installed() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "mismatches vs fresh decode  0" in done.stdout
+
+
+# -- simulate --workload: prefix-snapshot placement (SPEC 13) --------------------------
+
+PREFIX = ("simulate", "--workload", "branching", "--requests", "40", "--prefix-slots", "4,8")
+
+
+def test_simulate_workload_prints_every_rule_and_the_trace_parameters() -> None:
+    status, text = run(*PREFIX)
+    assert status == 0
+    for shown in ("workload branching", "trace parameters:", "samples: 4", "oracle", "declined"):
+        assert shown in text
+    for rule in ("app", "vllm-align", "sglang", "trtllm", "llamacpp"):
+        for eviction in ("lru", "benefit"):
+            assert f"{rule}/{eviction}" in text
+    assert "4 shared slots:" in text
+    assert "8 shared slots:" in text
+
+
+def test_simulate_workload_json_is_one_object_and_seeded() -> None:
+    status, text = run(*PREFIX, "--json", "--seed", "3")
+    assert status == 0
+    data = json.loads(text)
+    assert data["params"]["seed"] == 3
+    assert data["params"]["requests"] == 40
+    assert {row["slots"] for row in data["results"]} == {4, 8}
+    assert all(row["mismatches"] == 0 for row in data["results"])
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (("simulate", "--prefix-slots", "4"), "--prefix-slots"),
+        (("simulate", "--requests", "4"), "--requests"),
+        (("simulate", "--workload", "chess"), "--workload"),
+        (("simulate", "--workload", "chat", "--prefix-slots", "4,x"), "--prefix-slots"),
+        (("simulate", "--workload", "chat", "--prefix-slots", "4,4"), "--prefix-slots"),
+        (("simulate", "--workload", "chat", "--requests", "0"), "--requests"),
+        (("simulate", "--workload", "chat", "--trace", "t.jsonl"), "--trace"),
+    ],
+)
+def test_simulate_workload_bad_flags_exit_2_naming_the_flag(
+    argv: tuple[str, ...], flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run(*argv)[0] == 2
+    assert flag in capsys.readouterr().err
+
+
+def test_simulate_workload_plot_without_matplotlib_exits_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *rest: None if name == "matplotlib" else real(name, *rest),
+    )
+    assert run(*PREFIX, "--plot", str(tmp_path / "p.png"))[0] == 2
+    assert "--plot: needs matplotlib" in capsys.readouterr().err
+
+
+def test_simulate_workload_plot_writes_a_png(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "prefix.png"
+    status, text = run(*PREFIX, "--plot", str(path))
+    assert status == 0
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "plot written to" in text

@@ -26,7 +26,9 @@ class _Ref:
     slot: int
     pins: int = 0
     hits: int = 0
+    uses: int = 1
     used: int = 0
+    base: int = 0
 
 
 @attrs.define
@@ -38,6 +40,8 @@ class ReferenceIndex:
     entries: list[_Ref] = attrs.field(factory=list)
     plans: dict[int, list[_Ref]] = attrs.field(factory=dict)
     clock: int = 0
+    level: int = 0
+    ghosts: dict[int, int] = attrs.field(factory=dict)
     stats: dict[str, int] = attrs.field(
         factory=lambda: dict.fromkeys(
             ("hits", "misses", "tokens_reused", "published", "evicted", "declined"), 0
@@ -58,25 +62,38 @@ class ReferenceIndex:
     def _touch(self, e: _Ref) -> None:
         self.clock += 1
         e.used = self.clock
+        e.base = self.level
 
-    def _place(self, tokens: Sequence[int], length: int) -> _Ref | None:
+    def covered(self, e: _Ref) -> bool:
+        """Some other live entry extends it."""
+        n = len(e.tokens)
+        return any(len(o.tokens) > n and o.tokens[:n] == e.tokens for o in self.entries)
+
+    def priority(self, e: _Ref) -> int:
+        """GreedyDual: the level at its last use plus its value (SPEC 13's "benefit")."""
+        return e.base + len(e.tokens) * (e.uses - self.covered(e))
+
+    def _place(self, tokens: Sequence[int], length: int, own: Sequence[_Ref] = ()) -> _Ref | None:
         if len(self.entries) == self.capacity:
-            free = [e for e in self.entries if not e.pins]
+            # A plan may evict what it placed itself for an earlier position.
+            free = [e for e in self.entries if not e.pins or any(e is o for o in own)]
             if not free:
                 self.stats["declined"] += 1
                 return None
             if self.eviction == "lru":
                 victim = min(free, key=lambda e: e.used)
             else:
-                clock = self.clock
-                victim = min(
-                    free,
-                    key=lambda e: ((1 + e.hits) * len(e.tokens) / (1 + clock - e.used), e.used),
-                )
+                victim = min(free, key=lambda e: (self.priority(e), e.used))
+                self.level = max(self.level, self.priority(victim))
+                self.ghosts.pop(hash(victim.tokens), None)
+                self.ghosts[hash(victim.tokens)] = victim.uses
+                if len(self.ghosts) > 4 * self.capacity:
+                    del self.ghosts[next(iter(self.ghosts))]
             self.entries.remove(victim)
             self.stats["evicted"] += 1
         slot = min(set(range(self.capacity)) - {e.slot for e in self.entries})
         e = _Ref(tuple(tokens[:length]), slot)
+        e.uses += self.ghosts.pop(hash(e.tokens), 0)
         self._touch(e)
         self.entries.append(e)
         self.stats["published"] += 1
@@ -94,10 +111,12 @@ class ReferenceIndex:
             self.stats["tokens_reused"] += len(hit.tokens)
             self._touch(hit)
             hit.hits += 1
+            hit.uses += self.covered(hit)
             hit.pins += 1
             pinned.append(hit)
         start = 0 if hit is None else len(hit.tokens)
         saves: list[int | None] = []
+        own: list[_Ref] = []
         for p in sorted(set(publish_at)):
             if p <= start:
                 continue
@@ -105,11 +124,14 @@ class ReferenceIndex:
             if live is not None:
                 self._touch(live)
                 continue
-            placed = self._place(tokens, p)
+            placed = self._place(tokens, p, own)
             if placed is not None:
                 placed.pins += 1
-                pinned.append(placed)
-                saves.append(placed.slot)
+                own.append(placed)
+        for e in own:
+            if any(e is o for o in self.entries):
+                pinned.append(e)
+                saves.append(e.slot)
         return hit, saves, pinned
 
     def publish(self, tokens: Sequence[int], length: int) -> int | None:
@@ -322,4 +344,45 @@ def test_bad_arguments_are_named_and_change_nothing(call: object, match: str) ->
     with pytest.raises(InvalidArgumentError, match=match):
         call(index)  # type: ignore[operator]
     assert index.entries() == before
+    index.check_valid()
+
+
+def test_benefit_evicts_an_entry_a_longer_live_entry_covers_before_that_entry() -> None:
+    """A message end just before a conversation's end serves nothing the end does not."""
+    index = PrefixSnapshotIndex(2, eviction="benefit")
+    tokens = list(range(10, 20))
+    end = index.publish(0, tokens, 9)
+    assert index.publish(0, tokens, 5) is not None  # covered by ``end`` from the start
+    assert index.publish(0, [7, 7, 7, 7], 3) is not None
+    assert [e.length for e in index.entries()] == [9, 3]
+    assert end is not None
+    assert index.match(tokens) == PrefixEntry(9, end.slot, end.ticket)
+
+
+def test_benefit_remembers_a_prefix_asked_for_again_after_its_eviction() -> None:
+    """A prefix placed again (a system prompt) outlives prefixes placed once."""
+    index = PrefixSnapshotIndex(2, eviction="benefit")
+    system = [1, 2, 3, 4, 5]
+    index.publish(0, system, 3)
+    for junk in (9, 8, 7):
+        index.publish(0, [junk] * 4, 2)
+    assert index.match(system) is None  # evicted
+    index.publish(0, system, 3)  # asked for again: worth twice its length now
+    for junk in (6, 5):
+        index.publish(0, [junk] * 4, 2)
+    assert index.match(system) is not None  # plain LRU, or a policy without memory, drops it
+
+
+@pytest.mark.parametrize("eviction", ["lru", "benefit"])
+def test_a_plan_of_more_positions_than_slots_keeps_its_longest_not_its_first(
+    eviction: str,
+) -> None:
+    """Its own earlier publishes make way (their saves left out), instead of declines."""
+    index = PrefixSnapshotIndex(2, eviction=eviction)  # type: ignore[arg-type]
+    plan = index.plan_prefill(0, [5, 6, 7, 8, 9, 10], publish_at=[1, 2, 3, 4, 5])
+    assert [save.length for save in plan.saves] == [4, 5]
+    assert [chunk.end for chunk in plan.chunks] == [4, 5, 6]
+    assert index.stats.declined == 0
+    assert index.publish(1, [1, 2, 3], 2) is None  # still pinned by the plan for the rest
+    index.release(plan)
     index.check_valid()

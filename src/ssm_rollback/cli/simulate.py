@@ -1,4 +1,7 @@
-"""``ssm-rollback simulate``: replay a decode trace at several ring depths."""
+"""``ssm-rollback simulate``: replay a decode trace at several ring depths.
+
+With ``--workload``, the prefix-snapshot placement simulation instead (``_prefix_sim``).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from typing import TYPE_CHECKING, Final, TextIO
 
 from .._apps.simulate import MAX_SPEC_TOKENS
 from .._errors import InvalidArgumentError
+from . import _prefix_sim
 from ._common import FlagError, human, int_flag, one_line, progress_bar, rate_flag
 from ._files import MAX_TRACE_BYTES, read_file
 from ._model import MODEL_FLAGS, add_model_arguments, load_spec
@@ -41,9 +45,11 @@ def _depths(text: str) -> list[int]:
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     simulate = commands.add_parser(
         "simulate",
-        help="replay a decode trace at several ring depths: rollbacks served vs memory",
+        help="replay a decode trace at several ring depths: rollbacks served vs memory; "
+        "with --workload, prefix-snapshot placement rules at equal shared slots",
         description="Replay a synthetic or recorded decode trace through the real ring and "
-        "rollback code at each depth.",
+        "rollback code at each depth. With --workload, replay a synthetic multi-request "
+        "trace through the prefix-snapshot index under each placement rule instead.",
     )
     add_model_arguments(simulate, required=False)
     add = simulate.add_argument
@@ -85,6 +91,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         f"chance R until the first rejection (default {DEFAULT_ACCEPT_RATE})",
     )
     add("--plot", metavar="FILE", help="write a PNG (needs matplotlib)")
+    _prefix_sim.add_arguments(simulate)
     flags = {
         **MODEL_FLAGS,
         "boundary_rate": "--boundary-rate",
@@ -93,6 +100,11 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "back": "--back",
         "spec_tokens": "--spec-tokens",
         "accept_rate": "--accept-rate",
+        "workload": "--workload",
+        "requests": "--requests",
+        "slots": "--prefix-slots",
+        "seed": "--seed",
+        "path": "--plot",
     }
     simulate.set_defaults(run=run, flags=flags, model="nemotron-h-8b")
 
@@ -102,6 +114,9 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
 
     if args.plot is not None:
         _check_plot(args.plot)
+    if args.workload is not None:
+        return _prefix_sim.run(args, out)
+    _prefix_sim.check_depth_only(args)
     _check_speculation(args)  # before load_spec sizes the engine's buffers for K
     _, spec = load_spec(args)
     per_slot = spec.bytes_per_snapshot

@@ -16,12 +16,28 @@ The rules, which every method cites:
    shared slot only when it holds exactly that ticket, so a slot reused for
    another prefix is never restored for the old one.
 6. **Pins.** A plan's hit, and every entry a plan publishes, is pinned
-   until ``release(plan)``; a pinned entry is never evicted.
+   until ``release(plan)``; a pinned entry is never evicted by anyone
+   else. A plan may evict what it published itself for a later position
+   (the save of the earlier one is then left out; the later chunk's save
+   overwrites the slot): a plan of more positions than slots keeps the
+   ones the policy prefers, not the first few and a flood of declines.
 7. **Eviction.** A full index evicts an unpinned entry by its policy:
-   ``"lru"`` (least recently published or hit) or ``"benefit"`` (the least
-   tokens saved - hits times length, the publish counted as one - per step
-   of age since its last use); with every slot pinned, a publish is
-   declined.
+   ``"lru"`` (least recently published or hit) or ``"benefit"``; with
+   every slot pinned, a publish is declined. ``"benefit"`` keeps what
+   saves the most tokens, aged the GreedyDual way: an entry's priority is
+   the index's level ``L`` at its last use plus its value; the lowest
+   priority goes (the least recently used among equals) and ``L`` rises
+   to it. The value is the entry's length times its *uses*: the times its
+   prefix was placed (remembered for ``GHOSTS`` x capacity evicted
+   prefixes, by hash: statistics only, never a match) plus the hits it got
+   while *covered* - while a longer live entry extended it, so that the
+   request left that path in between (a system prompt many conversations
+   share). A covered entry counts one use less: whoever continues past it
+   hits the longer one. So a prefix placed once that everything continues
+   past (a conversation's earlier turn, a message end just before the
+   prompt end) is worth nothing and goes first, an entry nothing extends
+   (the end of a conversation so far, which its next turn extends) is
+   worth its length, and a prefix asked for again is worth more.
 8. **Failed saves.** ``discard(entry)`` drops an entry whose save failed
    (``apply_effects(..., prefix_index=)`` calls it), so nothing points at a
    slot that was not written.
@@ -45,6 +61,8 @@ __all__ = ["Eviction", "PrefixSnapshotIndex"]
 
 Eviction = Literal["lru", "benefit"]
 EVICTIONS: Final = get_args(Eviction)
+#: Evicted prefixes whose uses "benefit" remembers, per shared slot (rule 7).
+GHOSTS: Final = 4
 
 
 @attrs.define(eq=False)
@@ -55,7 +73,17 @@ class _Live:
     tokens: tuple[int, ...]
     pins: int = 0
     hits: int = 0
+    #: Placements of this prefix (remembered across evictions) and hits while covered.
+    uses: int = 1
     used: int = 0  # the index's clock at the last publish or hit
+    base: int = 0  # the index's level at the last publish or hit ("benefit", rule 7)
+    #: The longest live entry it extends, and the live entries whose longest such entry it is.
+    parent: _Live | None = None
+    kids: dict[int, _Live] = attrs.field(factory=dict)  # by slot
+
+    def value(self) -> int:
+        """Tokens it is expected to save (rule 7): covered, per hit so far; else once more."""
+        return self.entry.length * (self.uses - bool(self.kids))
 
 
 def _capacity(value: int) -> int:
@@ -79,6 +107,10 @@ class PrefixSnapshotIndex:
     _free: list[int] = attrs.field(init=False)
     _plans: dict[int, tuple[_Live, ...]] = attrs.field(init=False, factory=dict)
     _clock: int = attrs.field(init=False, default=0)
+    _level: int = attrs.field(init=False, default=0)  # GreedyDual's L (rule 7)
+    _roots: dict[int, _Live] = attrs.field(init=False, factory=dict)  # entries extending none
+    #: The uses of recently evicted prefixes, by hash (rule 7): oldest first, GHOSTS x capacity.
+    _ghosts: dict[int, int] = attrs.field(init=False, factory=dict)
     _stats: dict[str, int] = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -158,12 +190,14 @@ class PrefixSnapshotIndex:
             self._stats["tokens_reused"] += found.entry.length
             self._touch(found)
             found.hits += 1
+            found.uses += bool(found.kids)
             found.pins += 1
             pinned.append(found)
             e = found.entry
             hit = PrefixHit(e, SsmPrefixRestore(seq, e.slot, e.length, e.ticket))
         start = 0 if hit is None else hit.entry.length
-        chunks = []
+        chunks: list[PrefillChunk] = []
+        own: list[_Live] = []
         for position in positions:
             if position <= start or position == 0:
                 continue
@@ -171,13 +205,17 @@ class PrefixSnapshotIndex:
             if live is not None:
                 self._touch(live)
                 continue
-            placed = self._place(token_list, position)
+            placed = self._place(token_list, position, own)
             if placed is None:
                 continue
             placed.pins += 1
-            pinned.append(placed)
-            e = placed.entry
-            chunks.append(PrefillChunk(position, SsmPrefixSave(seq, e.slot, e.length, e.ticket)))
+            own.append(placed)
+        for live in own:
+            if self._by_slot.get(live.entry.slot) is live:  # not evicted for a later position
+                pinned.append(live)
+                e = live.entry
+                save = SsmPrefixSave(seq, e.slot, e.length, e.ticket)
+                chunks.append(PrefillChunk(e.length, save))
         chunks.append(PrefillChunk(len(token_list), None))
         plan = PrefillPlan(seq, hit, start, tuple(chunks), mint_ticket())
         self._plans[plan.pin] = tuple(pinned)
@@ -236,6 +274,7 @@ class PrefixSnapshotIndex:
                 raise InvariantError(f"slot {slot} holds {live.entry} of {len(live.tokens)} tokens")
         if sorted(self._free + list(self._by_slot)) != list(range(self._capacity)):
             raise InvariantError("every shared slot must be either free or owned by one entry")
+        self._check_forest()
         held = sum(live.pins for live in self._by_slot.values())
         outstanding = sum(
             1
@@ -248,40 +287,81 @@ class PrefixSnapshotIndex:
 
     # -- placement and eviction ------------------------------------------------------
 
-    def _place(self, tokens: list[int], length: int) -> _Live | None:
-        """A new entry at ``tokens[:length]`` in a free or evicted slot; ``None``: declined."""
+    def _place(self, tokens: list[int], length: int, own: Sequence[_Live] = ()) -> _Live | None:
+        """A new entry at ``tokens[:length]`` in a free or evicted slot; ``None``: declined.
+
+        ``own``: what the plan placing it has placed so far, which it may evict (rule 6).
+        """
         if not self._free:
-            victim = self._victim()
+            victim = self._victim(own)
             if victim is None:
                 self._stats["declined"] += 1
                 return None
+            self._level = max(self._level, victim.base + victim.value())
+            self._remember(victim)
             self._drop(victim)
             self._stats["evicted"] += 1
         slot = self._free.pop()
         live = _Live(PrefixEntry(length, slot, mint_ticket()), tuple(tokens[:length]))
+        live.uses += self._ghosts.pop(hash(live.tokens), 0)
         self._touch(live)
+        self._adopt(live, self._trie.longest(tokens, length - 1))
         self._trie.put(tokens, length, live)
         self._by_slot[slot] = live
         self._stats["published"] += 1
         return live
 
-    def _victim(self) -> _Live | None:
+    def _adopt(self, live: _Live, parent: _Live | None) -> None:
+        """File a new entry under ``parent`` (the longest live entry it extends) in the forest."""
+        siblings = self._roots if parent is None else parent.kids
+        start, end, mine = (
+            (0 if parent is None else parent.entry.length),
+            live.entry.length,
+            live.tokens,
+        )
+        for slot, kid in list(siblings.items()):
+            # A sibling that extends the new entry is extended by it now (rule 7's "covered").
+            theirs = kid.tokens
+            if (
+                len(theirs) > end
+                and theirs[end - 1] == mine[-1]
+                and theirs[start:end] == mine[start:]
+            ):
+                del siblings[slot]
+                kid.parent = live
+                live.kids[slot] = kid
+        live.parent = parent
+        siblings[live.entry.slot] = live
+
+    def _victim(self, own: Sequence[_Live]) -> _Live | None:
         """The unpinned entry the policy evicts (rule 7), or ``None`` when all are pinned."""
-        free = [live for live in self._by_slot.values() if not live.pins]
+        mine = {id(live) for live in own}
+        free = [live for live in self._by_slot.values() if not live.pins or id(live) in mine]
         if not free:
             return None
         if self._eviction == "lru":
             return min(free, key=lambda live: live.used)
-        clock = self._clock
-        return min(
-            free,
-            key=lambda live: (
-                (1 + live.hits) * live.entry.length / (1 + clock - live.used),
-                live.used,
-            ),
-        )
+        return min(free, key=lambda live: (live.base + live.value(), live.used))
+
+    def _remember(self, victim: _Live) -> None:
+        """Keep an evicted prefix's uses: placed again, it is worth what it was (rule 7)."""
+        if self._eviction == "lru":
+            return
+        key = hash(victim.tokens)  # statistics only: a collision misjudges, never matches
+        self._ghosts.pop(key, None)
+        self._ghosts[key] = victim.uses
+        if len(self._ghosts) > GHOSTS * self._capacity:
+            del self._ghosts[next(iter(self._ghosts))]
 
     def _drop(self, live: _Live) -> None:
+        parent = live.parent
+        siblings = self._roots if parent is None else parent.kids
+        del siblings[live.entry.slot]
+        for slot, kid in live.kids.items():
+            kid.parent = parent
+            siblings[slot] = kid
+        live.kids = {}
+        live.parent = None
         self._trie.remove(live.tokens, live.entry.length)
         del self._by_slot[live.entry.slot]
         self._free.append(live.entry.slot)
@@ -291,6 +371,24 @@ class PrefixSnapshotIndex:
     def _touch(self, live: _Live) -> None:
         self._clock += 1
         live.used = self._clock
+        live.base = self._level
+
+    def _check_forest(self) -> None:
+        """Each entry's parent is the longest live entry it extends; kids mirror parents."""
+        lives = list(self._by_slot.values())
+        for live in lives:
+            n = live.entry.length
+            below = [
+                o for o in lives if o.entry.length < n and live.tokens[: o.entry.length] == o.tokens
+            ]
+            expected = max(below, key=lambda o: o.entry.length, default=None)
+            if live.parent is not expected:
+                raise InvariantError(f"{live.entry} is filed under the wrong entry")
+            siblings = self._roots if expected is None else expected.kids
+            if siblings.get(live.entry.slot) is not live:
+                raise InvariantError(f"{live.entry} is missing from its parent's entries")
+        if sum(len(live.kids) for live in lives) + len(self._roots) != len(lives):
+            raise InvariantError("the forest of live entries holds entries no longer live")
 
     def _live(self, entry: PrefixEntry) -> _Live:
         live = self._by_slot.get(entry.slot) if type(entry) is PrefixEntry else None
