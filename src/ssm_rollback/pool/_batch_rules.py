@@ -92,8 +92,8 @@ class CheckedSaves(NamedTuple):
 
     rows: list[int]
     flat: list[int]
-    positions: list[int]
-    tickets: list[int]
+    positions: Sequence[int]
+    tickets: Sequence[int]
     sources: list[int] | None
 
 
@@ -148,8 +148,12 @@ class BatchChecks:
         """
         if isinstance(saves, SaveBatch):  # its columns are ints >= 0 already
             sources = None if saves.sources is None else list(saves.sources)
-            columns = (saves.seqs, saves.slots, saves.positions, saves.tickets)
-            seqs, slots, positions, tickets = map(list, columns)
+            # Only the rows as a list (the copier compares them with a list); the
+            # other columns are read, never changed, so their tuples serve as they are.
+            seqs: list[int] = list(saves.seqs)
+            slots: Sequence[int] = saves.slots
+            positions: Sequence[int] = saves.positions
+            tickets: Sequence[int] = saves.tickets
         else:
             check_kinds(saves, SsmSnapshotSave, names)
             seqs, slots = [s.seq for s in saves], [s.slot for s in saves]
@@ -163,9 +167,9 @@ class BatchChecks:
     def check_save_columns(
         self,
         seqs: list[int],
-        slots: list[int],
-        positions: list[int],
-        tickets: list[int],
+        slots: Sequence[int],
+        positions: Sequence[int],
+        tickets: Sequence[int],
         sources: list[int] | None,
         names: Names = SAVES,
         staged: Staged | None = None,
@@ -245,7 +249,7 @@ class BatchChecks:
                     )
         return CheckedAccepts(seqs, indices, tickets)
 
-    def _flat(self, seqs: list[int], slots: list[int]) -> list[int] | None:
+    def _flat(self, seqs: list[int], slots: Sequence[int]) -> list[int] | None:
         """Each row's flat slot index; ``None`` if an id is out of range (rule 1).
 
         One look-up per row does both: an id past the pool has no entry
@@ -259,16 +263,18 @@ class BatchChecks:
             return None
 
     def _held(
-        self, seqs: list[int], slots: list[int], flat: list[int]
+        self, seqs: list[int], slots: Sequence[int], flat: list[int]
     ) -> tuple[list[int | None], list[int | None]]:
         """The positions and tickets the slots hold now (new lists: the caller may change them)."""
         raise NotImplementedError
 
-    def _held_tickets(self, seqs: list[int], slots: list[int], flat: list[int]) -> list[int | None]:
+    def _held_tickets(
+        self, seqs: list[int], slots: Sequence[int], flat: list[int]
+    ) -> list[int | None]:
         """The tickets the slots hold now (rule 6); a subclass may read only those."""
         return self._held(seqs, slots, flat)[1]
 
-    def _may_hold(self, tickets: list[int]) -> bool:
+    def _may_hold(self, tickets: Sequence[int]) -> bool:
         """Whether some slot could hold one of ``tickets`` (``False`` skips rule 6's lookups)."""
         return True
 
@@ -293,7 +299,7 @@ class BatchChecks:
             )
 
     def _name_bad(
-        self, seqs: list[int], slots: list[int] | None, sources: list[int] | None, names: Names
+        self, seqs: list[int], slots: Sequence[int] | None, sources: list[int] | None, names: Names
     ) -> NoReturn:
         """Raise naming the first element breaking rule 1, 2 or 3 (``slots``: None for accepts)."""
         states: dict[tuple[int, int], int] = {}
@@ -387,8 +393,8 @@ def _refuse_stale(
 
 def _refuse_again(
     seqs: list[int],
-    slots: list[int],
-    tickets: list[int],
+    slots: Sequence[int],
+    tickets: Sequence[int],
     held: list[int | None],
     names: Names,
 ) -> NoReturn:

@@ -74,13 +74,16 @@ class Run:
             return f"effects[{self.first + piece}][{k - starts[piece]}]"
         return f"effects[{self.first + piece}]"
 
-    def columns(self) -> tuple[list[int], list[int], list[int], list[int], list[int] | None]:
+    def columns(
+        self,
+    ) -> tuple[list[int], Sequence[int], Sequence[int], Sequence[int], list[int] | None]:
         """The save run as ``seqs, slots, positions, tickets, sources`` (``None``: all live)."""
         if len(self.saves) == 1 and isinstance(self.saves[0], SaveBatch):
             batch = self.saves[0]  # a step's saves: one list per column, no loop over the rows
             sources = None if batch.sources is None else list(batch.sources)
-            rows, ids = list(batch.seqs), list(batch.slots)
-            return rows, ids, list(batch.positions), list(batch.tickets), sources
+            # Only the rows as a list (the copier compares them with a list); the
+            # other columns are read, never changed: their tuples serve as they are.
+            return list(batch.seqs), batch.slots, batch.positions, batch.tickets, sources
         if not self.batches:
             # Single saves only: a comprehension per column, no appends.
             saves = cast(list[SsmSnapshotSave], self.saves)

@@ -194,18 +194,20 @@ class SlotTags(SharedChecks):
         return [lengths[slot] for slot in slots], [tickets[slot] for slot in slots]
 
     def _held(
-        self, seqs: list[int], slots: list[int], flat: list[int]
+        self, seqs: list[int], slots: Sequence[int], flat: list[int]
     ) -> tuple[list[int | None], list[int | None]]:
         positions, tickets = self._positions, self._tickets
         return [positions[i] for i in flat], [tickets[i] for i in flat]
 
-    def _held_tickets(self, seqs: list[int], slots: list[int], flat: list[int]) -> list[int | None]:
+    def _held_tickets(
+        self, seqs: list[int], slots: Sequence[int], flat: list[int]
+    ) -> list[int | None]:
         return list(map(self._tickets.__getitem__, flat))
 
     def _accepted(self, seqs: list[int]) -> list[int | None]:
         return [self._accepted_tickets[seq] for seq in seqs]
 
-    def _may_hold(self, tickets: list[int]) -> bool:
+    def _may_hold(self, tickets: Sequence[int]) -> bool:
         # A batch whose tickets are all newer than any committed (every step the
         # library mints) cannot be one applied before: one C-speed min, no lookups.
         return min(tickets) <= self._newest_ticket
@@ -226,7 +228,7 @@ class PoolTagsView(SharedChecks):
         self._slot_index = SlotIndex(self._num_sequences, self._slots_per_sequence)
 
     def _held(
-        self, seqs: list[int], slots: list[int], flat: list[int]
+        self, seqs: list[int], slots: Sequence[int], flat: list[int]
     ) -> tuple[list[int | None], list[int | None]]:
         pairs = list(zip(seqs, slots, strict=True))
         return (
