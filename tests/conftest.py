@@ -3,6 +3,10 @@
 - ``ci``: deterministic and bounded, what CI and the README's test command run;
 - ``dev``: quick, random, for the edit-test loop;
 - ``soak``: 100x the ``ci`` examples, random, for a long run before a release.
+
+Under pytest-xdist (the README's ``-n logical``) every worker keeps torch to one
+thread: the workers already fill the cores, and two workers each spinning a pool
+per core only fight over them.
 """
 
 from __future__ import annotations
@@ -13,6 +17,11 @@ from collections.abc import Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Read when torch is first imported, which no worker has done yet; the ranks and
+    # runs that tests start as subprocesses inherit it.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 settings.register_profile(
     "ci",

@@ -40,6 +40,7 @@ def _parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Roll hybrid attention + SSM models back to an earlier boundary token.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in (demo, ring, plan, simulate):
         command.add_parser(commands)
@@ -48,6 +49,15 @@ def _parser() -> argparse.ArgumentParser:
     for command_parser in (parser, *commands.choices.values()):
         command_parser.allow_abbrev = False
     return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(PROG)
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "(not installed)"
 
 
 # A library message starts with the parameter it is about, quoted; the CLI user knows a flag.

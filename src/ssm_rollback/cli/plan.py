@@ -156,6 +156,23 @@ def _print_table(
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"{key:<{width}}  {value}", file=out)
+    if depth.slots == 0 and depth.rule.value == "memory":
+        print(_no_slot_fits(depth, args.max_seqs, free), file=out)
+
+
+def _no_slot_fits(depth: RingDepth, sequences: int, free: int) -> str:
+    # A bare "ring depth 0" reads like a bug; say what it costs and which flags move it.
+    needed = depth.bytes_per_slot * sequences
+    left = max(0, free - depth.speculative_bytes)
+    if depth.speculative_bytes:
+        where, flags = "free after the speculative buffers", "--max-seqs or --spec-tokens"
+    else:
+        where, flags = "free", "--max-seqs"
+    return (
+        f"depth 0 serves no rollback: one slot for each of {sequences:,} sequences needs "
+        f"{needed:,} bytes ({human(needed)}), {left:,} ({human(left)}) {where}; "
+        f"lower {flags} or raise --free-memory"
+    )
 
 
 def _speculative_rows(spec: SsmStateSpec, depth: RingDepth) -> list[tuple[str, str]]:

@@ -5,8 +5,10 @@
 generation_config=, **model_kwargs)``, where ``model_kwargs`` holds what it
 prepared (``attention_mask``, ``position_ids``, an empty ``cache``,
 ``use_cache``, ``logits_to_keep``) and any model keyword the caller passed;
-keywords named in the decoder's own signature (``max_new_tokens``, ``draft``,
-``max_rollbacks``...) come to it directly instead. The decoders use these
+keywords named in the decoder's own signature (``draft``, ``max_rollbacks``...)
+come to it directly instead - except ``max_new_tokens``, which the signature
+``generate`` inspects leaves out (``length_in_config``) so that it reaches the
+generation config. The decoders use these
 keywords or refuse them, never drop one: logits processors, stopping
 criteria other than the length and EOS ones ``generate`` derives from the
 config, beam search and the other modes, extra outputs and a cache that
@@ -15,7 +17,9 @@ already holds tokens are refused; anything else is an unknown keyword.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from typing import ParamSpec, TypeVar
 
 import attrs
 from transformers import GenerationConfig
@@ -26,7 +30,10 @@ from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengt
 from ..._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int
 from .arguments import shown
 
-__all__ = ["GenerateArgs", "generate_args"]
+__all__ = ["GenerateArgs", "generate_args", "length_in_config"]
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 #: The keywords ``generate`` passes a ``custom_generate`` function besides the decoder's own.
 _TAKEN = (
@@ -193,3 +200,20 @@ def _empty_cache(name: str, value: object) -> None:
             f"'{name}' must be empty: the decoders prefill a cache of their own from input_ids "
             f"(pass the whole prompt), got a {type(value).__name__} holding {held} tokens"
         )
+
+
+def length_in_config(decoder: Callable[_P, _R]) -> Callable[_P, _R]:
+    """``decoder`` with ``max_new_tokens`` left out of the signature ``generate`` inspects.
+
+    ``generate`` takes every keyword a callable ``custom_generate`` names (and
+    ``_sample`` does not) out of its generation config and hands it over
+    directly; ``max_new_tokens`` taken out that way leaves the config at the
+    default ``max_length``, and ``generate`` warns that it is using it. Left
+    out of the signature, ``max_new_tokens`` stays in the config, which the
+    decoder reads (``GenerateArgs.max_new_tokens``); a direct call passes it
+    by name as before, and type checkers see the real signature.
+    """
+    signature = inspect.signature(decoder)
+    kept = [p for p in signature.parameters.values() if p.name != "max_new_tokens"]
+    vars(decoder)["__signature__"] = signature.replace(parameters=kept)
+    return decoder

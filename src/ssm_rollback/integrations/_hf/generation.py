@@ -39,8 +39,8 @@ from .arguments import (
     text_vocab_size,
 )
 from .decoding import GenerationReport, GenerationResult, _Counts, pick
-from .generate_args import generate_args
-from .prompts import read_prompts, sequences
+from .generate_args import generate_args, length_in_config
+from .prompts import InputIds, read_prompts, sequences
 from .stream import _Stream
 
 __all__ = ["GenerationReport", "GenerationResult", "backtracking_generate"]
@@ -65,6 +65,8 @@ class _Row:
     grammar: RowGrammar | None = None
     #: Rollbacks this row may still take (``max_rollbacks`` less those served).
     budget: int = 0
+    #: By position: the tokens ``reject`` refused there, each with the tokens before it.
+    refused: dict[int, list[tuple[tuple[int, ...], int]]] = attrs.field(factory=dict)
 
 
 @attrs.frozen
@@ -80,9 +82,10 @@ class _Rules:
     check: bool
 
 
+@length_in_config
 def backtracking_generate(
     model: torch.nn.Module,
-    input_ids: torch.Tensor,
+    input_ids: InputIds,
     *,
     max_new_tokens: int | None = None,
     is_boundary: TokenPredicate,
@@ -106,8 +109,11 @@ def backtracking_generate(
     boundary ``<= m`` new tokens that has a snapshot in its ``capacity``-slot
     ring (declined, the row stays). Either way the candidate is dropped and
     the next token is picked again with ``ban`` masked (token ids, or a bool
-    mask over the vocabulary; default: the rejected token; ignored if it
-    would leave no token) and is not offered to ``reject``. A row serves at
+    mask over the vocabulary; ignored if it would leave no token) and is not
+    offered to ``reject``. Without ``ban``, the rejected token is banned at
+    the position it was rejected at, whenever the row reaches that position
+    again after the same tokens, so a retry from the boundary (greedy or
+    sampled) moves on instead of regenerating it. A row serves at
     most ``max_rollbacks`` rollbacks; after that every rollback is declined
     (``report.rollbacks_over_budget``), so a ``reject`` that refuses
     everything still ends.
@@ -181,19 +187,16 @@ def _decode_row(row: _Row, rules: _Rules, counts: _Counts, progress: Callable[[i
     while len(output) < rules.max_new_tokens and not (output and output[-1] in rules.eos):
         if grammar is not None and grammar.is_done():
             break
-        token = pick(_scores(row), rules.generator)
+        token = pick(_without(_scores(row), _refused_here(row)), rules.generator)
         rolled_back = False
         limit = rules.reject([*output, token])
         if limit is not None:
             limit = check_non_negative_int("reject()", limit)
+            if rules.banned is None:
+                row.refused.setdefault(len(output), []).append((tuple(output), token))
             rolled_back = _roll_back(row, limit, counts)
-            scores = _scores(row)
-            mask = rules.banned
-            if mask is None:
-                mask = torch.zeros(scores.shape[-1], dtype=torch.bool)
-                mask[token] = True
-            kept = scores.masked_fill(mask.to(scores.device), float("-inf"))
-            token = pick(kept if bool(torch.isfinite(kept).any()) else scores, rules.generator)
+            banned = _refused_here(row) if rules.banned is None else rules.banned
+            token = pick(_without(_scores(row), banned), rules.generator)
         output.append(token)
         if grammar is not None:
             grammar.accept(token)
@@ -216,6 +219,27 @@ def _scores(row: _Row) -> torch.Tensor:
     """The logits to pick the row's next token from: masked by its grammar, if any."""
     logits = row.logits_after[-1]
     return logits if row.grammar is None else row.grammar.mask(logits)
+
+
+def _refused_here(row: _Row) -> list[int]:
+    """The tokens ``reject`` refused at the row's next position after the same tokens."""
+    here = row.refused.get(len(row.output), ())
+    if not here:
+        return []
+    before = tuple(row.output)
+    return [token for prefix, token in here if prefix == before]
+
+
+def _without(scores: torch.Tensor, banned: torch.Tensor | list[int]) -> torch.Tensor:
+    """``scores`` with ``banned`` (ids or a bool mask) masked out, unless that leaves none."""
+    if isinstance(banned, list):
+        if not banned:
+            return scores
+        mask = torch.zeros(scores.shape[-1], dtype=torch.bool)
+        mask[banned] = True
+        banned = mask
+    kept = scores.masked_fill(banned.to(scores.device), float("-inf"))
+    return kept if bool(torch.isfinite(kept).any()) else scores
 
 
 def _roll_back(row: _Row, limit: int, counts: _Counts) -> bool:

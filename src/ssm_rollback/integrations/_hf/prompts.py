@@ -10,13 +10,19 @@ that way and is refused, as are token ids outside the vocabulary.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TypeAlias
+
 import attrs
 import torch
 
 from ..._errors import InvalidArgumentError, InvalidArgumentTypeError
 from .arguments import shown
 
-__all__ = ["Prompts", "read_prompts", "sequences"]
+__all__ = ["InputIds", "Prompts", "read_prompts", "sequences"]
+
+#: A prompt: a ``[batch, length]`` tensor or one row, or the same as lists of ints.
+InputIds: TypeAlias = torch.Tensor | Sequence[int] | Sequence[Sequence[int]]
 
 _MASK_HINT = (
     "model.generate derives a mask from pad_token_id when none is given: pass "

@@ -34,9 +34,9 @@ from .arguments import (
 )
 from .decoding import GenerationResult, _Counts, pick
 from .drafting import DraftFn, Proposal, drafter
-from .generate_args import generate_args
+from .generate_args import generate_args, length_in_config
 from .probe import check_multi_token_forward
-from .prompts import Prompts, read_prompts, sequences
+from .prompts import InputIds, Prompts, read_prompts, sequences
 from .stream import _Stream
 
 __all__ = ["speculative_generate"]
@@ -90,9 +90,10 @@ class _Boundaries:
     is_boundary: Callable[[int], bool]
 
 
+@length_in_config
 def speculative_generate(
     model: torch.nn.Module,
-    input_ids: torch.Tensor,
+    input_ids: InputIds,
     *,
     max_new_tokens: int | None = None,
     draft: str | DraftFn | torch.nn.Module = "prompt_lookup",
@@ -106,6 +107,8 @@ def speculative_generate(
 ) -> GenerationResult:
     """Speculative decoding for hybrid (and any) causal LMs, batch 1; greedy unless sampled.
 
+    Decodes ``max_new_tokens`` tokens (else what the generation config's
+    ``max_new_tokens`` or ``max_length`` allows) or up to an EOS.
     ``draft``: ``"prompt_lookup"`` (n-gram match in prompt + output), a causal
     LM with the same vocabulary (the assistant), or ``draft(tokens, k)``.
     Greedy output equals greedy ``model.generate``'s; with a ``generator``
