@@ -39,7 +39,7 @@ import struct
 import tempfile
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import torch
@@ -76,7 +76,8 @@ def step_effects(seed: int) -> list[Effect]:
         [100 + r % 50 for r in saving],
         [20_000 + r for r in saving],
     )
-    accepts: list[Effect] = [SsmStateAccept(r, rng.randint(0, 3)) for r in accepting]
+    # Each accept carries the ticket its verify plan minted (SPEC 15), as an engine's would.
+    accepts: list[Effect] = [SsmStateAccept(r, rng.randint(0, 3), 30_000 + r) for r in accepting]
     return [*restores, batch, *accepts]
 
 
@@ -126,8 +127,15 @@ def baseline_path(
     broadcast = base.take(broadcast_effects, "distributed")
     return (
         lambda effects: broadcast(effects, src=0),
-        [[rebuild(e.to_dict()) for e in effects] for effects in steps],
+        [[rebuild(_before_accept_tickets(e.to_dict())) for e in effects] for effects in steps],
     )
+
+
+def _before_accept_tickets(d: Mapping[str, object]) -> Mapping[str, object]:
+    """``d`` as a revision before v0.3 reads it: its accepts had no ticket."""
+    if d.get("kind") == SsmStateAccept.kind:
+        return {key: value for key, value in d.items() if key != "ticket"}
+    return d
 
 
 def check_baseline(parser: argparse.ArgumentParser, rev: str, folder: str) -> None:
