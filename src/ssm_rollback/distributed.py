@@ -11,13 +11,17 @@ shard of the SSM state in its own pool. Per step:
    ``SsmRollbackError`` on every rank: each rank makes the same calls in the
    same order and decodes the same words, so an error cannot leave a peer
    waiting.
-2. The scheduler applies them with ``apply_effects(pool, effects, rings)``;
-   a worker, which has no rings, with ``apply_on_worker(pool, effects)``.
+2. The scheduler applies them with ``apply_effects(pool, effects, rings,
+   prefix_index=index)``; a worker, which has no rings and no prefix index,
+   with ``apply_on_worker(pool, effects)``. Prefix snapshots (SPEC 13)
+   travel like every effect: each rank copies its shard of the state into
+   and out of its own shard of the shared slots.
 3. ``check_agreement(pool)`` on every rank: one small ``all_gather`` of a
-   digest of each rank's slot tags. A rank whose save failed (its slot holds
-   nothing where its peers hold the ticket) raises ``AgreementError`` on
-   every rank, naming that rank and the slots; the scheduler then retires
-   those snapshots with ``retire_disputed``.
+   digest of each rank's slot tags, shared slots included. A rank whose save
+   failed (its slot holds nothing where its peers hold the ticket) raises
+   ``AgreementError`` on every rank, naming that rank and the slots; the
+   scheduler then retires those snapshots from its rings and its prefix
+   index with ``retire_disputed(rings, error, prefix_index=index)``.
 
 ``shard_live_states``, ``shard_of`` and ``shard_pool`` size and build each
 rank's pool from ``ssm_rollback.reserve``'s per-rank shapes, split the way
@@ -140,7 +144,9 @@ _NO_RINGS: Final = _NoRings()
 def apply_on_worker(pool: SnapshotPool, effects: Iterable[Effect]) -> SaveOutcome:
     """A worker's ``apply_effects``: the same checks, batching and order, without rings.
 
-    Returns the saves that failed on this rank; ``check_agreement`` is how
-    the scheduler hears of them.
+    Shared-slot saves and restores (SPEC 13) are applied as on the scheduler
+    (``pool`` must then be a ``SharedSnapshotPool``); the prefix index lives
+    on the scheduler only. Returns the saves and shared saves that failed on
+    this rank; ``check_agreement`` is how the scheduler hears of them.
     """
     return apply_effects(pool, effects, _NO_RINGS)

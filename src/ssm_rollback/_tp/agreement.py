@@ -1,27 +1,40 @@
 """Whether every tensor-parallel rank's pool holds the same snapshots, and what to do if not.
 
-``check_agreement`` gathers a digest of every rank's slot tags (and, only
-when they differ, the tags themselves, to name the rank and the slots);
-``retire_disputed`` is the scheduler's answer to its ``AgreementError``.
-``ssm_rollback.distributed`` re-exports them.
+``check_agreement`` gathers a digest of every rank's slot tags - ring slots,
+and the shared slots of prefix snapshots when the pool has them (SPEC 13) -
+and, only when they differ, the tags themselves, to name the rank and the
+slots; ``retire_disputed`` is the scheduler's answer to its
+``AgreementError``. ``ssm_rollback.distributed`` re-exports them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping, Sequence
-from typing import Final
+from typing import Final, cast
 
 import attrs
 import torch
 import torch.distributed as dist
 
+from .._core.prefix import PrefixSnapshotIndex
 from .._core.ring import SsmDecodeRing, SsmRingEntry
-from .._errors import InvariantError
-from ..pool import Rings, SnapshotPool
+from .._errors import InvalidArgumentTypeError, InvariantError
+from ..pool import Rings, SharedSnapshotPool, SnapshotPool
 from .failures import lost
 from .groups import group_active, group_device, group_label
 
-__all__ = ["AgreementError", "SlotDispute", "check_agreement", "retire_disputed"]
+__all__ = [
+    "SHARED_ROW",
+    "AgreementError",
+    "SharedSlotDispute",
+    "SlotDispute",
+    "check_agreement",
+    "retire_disputed",
+]
+
+#: The row a shared slot is filed under in ``check_agreement``'s ``known``:
+#: ``known[(SHARED_ROW, slot)]``. No pool has a row -1.
+SHARED_ROW: Final = -1
 
 
 @attrs.frozen
@@ -33,37 +46,69 @@ class SlotDispute:
     tickets: tuple[int | None, ...]
 
 
+@attrs.frozen
+class SharedSlotDispute:
+    """A shared slot (SPEC 13) the ranks disagree about: the ticket each rank holds there."""
+
+    slot: int
+    tickets: tuple[int | None, ...]
+
+
 class AgreementError(InvariantError):
     """The ranks' pools disagree about what their slots hold; raised on every rank alike.
 
     ``rank`` is the first rank (in group order) whose view differs from the
-    majority's (rank 0's when tied); ``disputes`` lists the slots.
+    majority's (rank 0's when tied); ``disputes`` lists the ring slots,
+    ``shared_disputes`` the shared slots of prefix snapshots.
     """
 
-    def __init__(self, message: str, rank: int, disputes: tuple[SlotDispute, ...]) -> None:
+    def __init__(
+        self,
+        message: str,
+        rank: int,
+        disputes: tuple[SlotDispute, ...],
+        shared_disputes: tuple[SharedSlotDispute, ...] = (),
+    ) -> None:
         super().__init__(message)
         self.rank = rank
         self.disputes = disputes
+        self.shared_disputes = shared_disputes
 
 
 _EXCUSED: Final = -2  # a known dispute's slot, unchanged since it was reported
 
 
+def _shared_slots(pool: SnapshotPool) -> int:
+    """How many shared slots the pool holds (0 for a pool without them)."""
+    return pool.shared_slots if isinstance(pool, SharedSnapshotPool) else 0
+
+
 def _tags(
-    pool: SnapshotPool, known: Mapping[tuple[int, int], tuple[int, int]] | None
+    pool: SnapshotPool, shared: int, known: Mapping[tuple[int, int], tuple[int, int]] | None
 ) -> tuple[list[int], list[int]]:
-    """Every slot's (position, ticket), -1 for nothing; and the same with known ones excused."""
+    """Every slot's (position, ticket), -1 for nothing; and the same with known ones excused.
+
+    The ring slots by row, then the ``shared`` shared slots as ``(-1,
+    ticket)``: a pool records no position of a shared slot, and its ticket
+    alone names the prefix placed there (no two placements share one).
+    """
     rows, slots = pool.num_sequences, pool.slots_per_sequence
     actual: list[int] = []
     compared: list[int] = []
+
+    def add(key: tuple[int, int], position: int | None, ticket: int | None) -> None:
+        tag = (-1 if position is None else position, -1 if ticket is None else ticket)
+        actual.extend(tag)
+        excused = known is not None and known.get(key) == tag
+        compared.extend((_EXCUSED, _EXCUSED) if excused else tag)
+
     for seq in range(rows):
         for slot in range(slots):
-            ticket = pool.stored_ticket(seq, slot)
-            position = pool.stored_position(seq, slot)
-            tag = (-1 if position is None else position, -1 if ticket is None else ticket)
-            actual += tag
-            excused = known is not None and known.get((seq, slot)) == tag
-            compared += (_EXCUSED, _EXCUSED) if excused else tag
+            add((seq, slot), pool.stored_position(seq, slot), pool.stored_ticket(seq, slot))
+    if shared:
+        shared_pool = cast(SharedSnapshotPool, pool)  # _shared_slots asked the protocol
+        for slot in range(shared):
+            add((SHARED_ROW, slot), None, shared_pool.stored_shared_ticket(slot))
     return actual, compared
 
 
@@ -95,51 +140,64 @@ def check_agreement(
     """Raise ``AgreementError`` on every rank unless every rank's slots hold the same tags.
 
     Call it on every rank after a step's effects were applied. One
-    ``all_gather`` of a three-word digest (the pool's shape and a hash of
-    every slot's position and ticket); only when they differ, a second one of
-    the tags themselves, to name the rank and the slots.
+    ``all_gather`` of a four-word digest (the pool's shape - rows, ring
+    slots, shared slots - and a hash of every ring slot's position and
+    ticket and, for a ``SharedSnapshotPool``, every shared slot's ticket);
+    only when they differ, a second one of the tags themselves, to name the
+    rank and the slots. A shared save that failed on one rank is caught like
+    a ring save: the error's ``shared_disputes`` names the shared slot.
 
     ``known`` (the same dict passed on every call, on every rank) makes the
     check report each dispute once: on raising, the disputed slots are
-    recorded there with this rank's tags, and later checks pass over a slot
-    while it still holds what it held then - the scheduler has retired it
-    (``retire_disputed``) and no restore will name it. The next save that
-    writes the slot on every rank brings it back under the check.
+    recorded there with this rank's tags (a shared slot under ``(SHARED_ROW,
+    slot)``), and later checks pass over a slot while it still holds what
+    it held then - the scheduler has retired it (``retire_disputed``) and no
+    restore will name it. The next save that writes the slot on every rank
+    brings it back under the check.
 
     A peer that died, or did not call within the group's timeout, is
     ``DistributedError`` (naming the group; the backend does not say which rank).
     """
     if not group_active(group):
         return
-    actual, compared = _tags(pool, known)
-    shape = [pool.num_sequences, pool.slots_per_sequence]
+    shared = _shared_slots(pool)
+    actual, compared = _tags(pool, shared, known)
+    shape = [pool.num_sequences, pool.slots_per_sequence, shared]
     digests = _gather([*shape, _digest(compared)], group)
     if all(d == digests[0] for d in digests):
         return
-    shapes = [(d[0], d[1]) for d in digests]
+    shapes = [(d[0], d[1], d[2]) for d in digests]
     if any(s != shapes[0] for s in shapes):
         raise AgreementError(
-            f"every rank's pool must have the same (num_sequences, slots_per_sequence), got "
-            f"{shapes} by rank",
+            f"every rank's pool must have the same (num_sequences, slots_per_sequence, "
+            f"shared_slots), got {shapes} by rank",
             _odd_one(shapes),
             (),
         )
     tables = _gather([*actual, *compared], group)
     half = len(actual)
     views = [t[half:] for t in tables]
-    rank = _odd_one([d[2] for d in digests])
-    disputes = _disputes(views, [t[:half] for t in tables], pool.slots_per_sequence)
+    rank = _odd_one([d[3] for d in digests])
+    disputes, shared_disputes = _disputes(
+        views, [t[:half] for t in tables], pool.num_sequences, pool.slots_per_sequence
+    )
     if known is not None:
+        ring_words = 2 * pool.num_sequences * pool.slots_per_sequence
         for d in disputes:
             flat = 2 * (d.seq * pool.slots_per_sequence + d.slot)
             known[(d.seq, d.slot)] = (actual[flat], actual[flat + 1])
-    shown = ", ".join(f"(seq {d.seq}, slot {d.slot}): tickets {d.tickets}" for d in disputes[:4])
-    more = f" and {len(disputes) - 4} more" if len(disputes) > 4 else ""
+        for sd in shared_disputes:
+            flat = ring_words + 2 * sd.slot
+            known[(SHARED_ROW, sd.slot)] = (actual[flat], actual[flat + 1])
+    named = [f"(seq {d.seq}, slot {d.slot}): tickets {d.tickets}" for d in disputes]
+    named += [f"(shared slot {d.slot}): tickets {d.tickets}" for d in shared_disputes]
+    more = f" and {len(named) - 4} more" if len(named) > 4 else ""
     raise AgreementError(
         f"every rank's slots must hold the same snapshots, got rank {rank} differing on "
-        f"{len(disputes)} slots - {shown}{more}",
+        f"{len(named)} slots - {', '.join(named[:4])}{more}",
         rank,
         disputes,
+        shared_disputes,
     )
 
 
@@ -154,25 +212,43 @@ def _odd_one(values: Sequence[object]) -> int:
 
 
 def _disputes(
-    views: list[list[int]], actual: list[list[int]], slots: int
-) -> tuple[SlotDispute, ...]:
+    views: list[list[int]], actual: list[list[int]], rows: int, slots: int
+) -> tuple[tuple[SlotDispute, ...], tuple[SharedSlotDispute, ...]]:
+    """The ring slots, then the shared slots, whose compared tags differ between ranks."""
     found = []
+    shared = []
+    ring_slots = rows * slots
     for k in range(0, len(views[0]), 2):
         pair = (views[0][k], views[0][k + 1])
         if all((v[k], v[k + 1]) == pair for v in views):
             continue
         tickets = tuple(None if a[k + 1] < 0 else a[k + 1] for a in actual)
-        found.append(SlotDispute(k // 2 // slots, k // 2 % slots, tickets))
-    return tuple(found)
+        at = k // 2
+        if at < ring_slots:
+            found.append(SlotDispute(at // slots, at % slots, tickets))
+        else:
+            shared.append(SharedSlotDispute(at - ring_slots, tickets))
+    return tuple(found), tuple(shared)
 
 
-def retire_disputed(rings: Rings, error: AgreementError) -> tuple[SsmRingEntry, ...]:
-    """The scheduler's answer to ``AgreementError``: discard every disputed snapshot from its ring.
+def retire_disputed(
+    rings: Rings, error: AgreementError, *, prefix_index: PrefixSnapshotIndex | None = None
+) -> tuple[SsmRingEntry, ...]:
+    """The scheduler's answer to ``AgreementError``: discard every disputed snapshot it holds.
 
-    For each dispute, the ring entry in that slot is discarded if some rank
-    holds its ticket (the save that reached only some ranks), so no rollback
-    restores it on any rank. Returns the entries discarded.
+    For each ring dispute, the ring entry in that slot is discarded if some
+    rank holds its ticket (the save that reached only some ranks), so no
+    rollback restores it on any rank. With ``prefix_index`` (the scheduler's
+    ``PrefixSnapshotIndex``), each shared dispute's entry is discarded from
+    it likewise - the entry in that shared slot whose ticket some rank
+    holds - so no later request hits it. Returns the ring entries
+    discarded; ``prefix_index.entries()`` shows what is left of the index.
     """
+    if prefix_index is not None and not isinstance(prefix_index, PrefixSnapshotIndex):
+        raise InvalidArgumentTypeError(
+            f"'prefix_index' must be a PrefixSnapshotIndex or None, got "
+            f"{type(prefix_index).__name__}"
+        )
     retired = []
     for d in error.disputes:
         ring = rings.get(d.seq) if isinstance(rings, Mapping) else _row(rings, d.seq)
@@ -182,6 +258,12 @@ def retire_disputed(rings: Rings, error: AgreementError) -> tuple[SsmRingEntry, 
         if entry is not None and entry.ticket in d.tickets:
             ring.discard(entry.token_position)
             retired.append(entry)
+    if prefix_index is not None and error.shared_disputes:
+        by_slot = {e.slot: e for e in prefix_index.entries()}
+        for sd in error.shared_disputes:
+            shared_entry = by_slot.get(sd.slot)
+            if shared_entry is not None and shared_entry.ticket in sd.tickets:
+                prefix_index.discard(shared_entry)
     return tuple(retired)
 
 

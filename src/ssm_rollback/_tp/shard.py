@@ -149,6 +149,7 @@ def shard_pool(
     *,
     tp_size: int,
     intermediate_states: Sequence[torch.Tensor] | None = None,
+    shared_slots: int = 0,
 ) -> TorchSnapshotPool:
     """This rank's ``TorchSnapshotPool`` over its shard of the live state, shapes checked.
 
@@ -156,8 +157,9 @@ def shard_pool(
     layers, ``[ssm_layers, rows, *shape]`` with the per-rank shape that
     ``state_spec_from_hf_config(config, tp_size=tp_size)`` gives (as
     ``shard_live_states`` allocates them); a shape that differs raises
-    ``InvalidArgumentError`` naming the tensor. ``intermediate_states`` as
-    for ``TorchSnapshotPool``.
+    ``InvalidArgumentError`` naming the tensor. ``intermediate_states`` and
+    ``shared_slots`` (the shared slots of prefix snapshots, SPEC 13: every
+    rank holds its shard of each) as for ``TorchSnapshotPool``.
     """
     spec = state_spec_from_hf_config(config, tp_size=tp_size)
     expected = [(len(spec.layers), *t.shape) for t in spec.layers[0].tensors]
@@ -176,5 +178,9 @@ def shard_pool(
                 f"{list(tensor.shape)}"
             )
     return TorchSnapshotPool(
-        live_states, slots_per_sequence, batch_dim=1, intermediate_states=intermediate_states
+        live_states,
+        slots_per_sequence,
+        batch_dim=1,
+        intermediate_states=intermediate_states,
+        shared_slots=shared_slots,
     )

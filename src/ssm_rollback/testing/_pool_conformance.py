@@ -7,39 +7,29 @@ from typing import ClassVar, TypeVar
 
 import pytest
 
-from ssm_rollback._core.effect_dict import SsmSnapshotRestore, SsmSnapshotSave, SsmStateAccept
+from ssm_rollback._core.effect_dict import SsmSnapshotRestore, SsmSnapshotSave
 from ssm_rollback._core.ring import SsmDecodeRing
 from ssm_rollback._errors import InvalidArgumentError, StaleSnapshotError
-from ssm_rollback.pool import SaveOutcome, SnapshotPool, VerifyBufferPool, apply_effects
+from ssm_rollback.pool import SaveOutcome, SnapshotPool, apply_effects
 
 from ._pool_adapter import PoolAdapter
 from ._pool_shared import SharedSlotConformance
+from ._pool_verify import Restore, Save, VerifyBufferConformance
 
 __all__ = ["PoolAdapter", "SnapshotPoolConformance"]
 
 P = TypeVar("P", bound=SnapshotPool)
 
 
-def Save(
-    seq: int, slot: int, position: int, ticket: int | None = None, source: int | None = None
-) -> SsmSnapshotSave:
-    """A save whose ticket defaults to its position: distinct enough for a pool's own tests."""
-    return SsmSnapshotSave(seq, slot, position, position if ticket is None else ticket, source)
-
-
-def Restore(seq: int, slot: int, position: int, ticket: int | None = None) -> SsmSnapshotRestore:
-    """A restore whose ticket defaults to its position, to match ``Save``."""
-    return SsmSnapshotRestore(seq, slot, position, position if ticket is None else ticket)
-
-
-class SnapshotPoolConformance(SharedSlotConformance[P]):
+class SnapshotPoolConformance(SharedSlotConformance[P], VerifyBufferConformance[P]):
     """Pytest test methods for a ``SnapshotPool``; subclass it as ``TestMyPool``.
 
     It is a ``PoolAdapter``: implement the adapter's methods on the subclass,
     and ``SnapshotPoolMachine.for_adapter(TestMyPool())`` runs the state
     machine over the same pools. The cases of shared slots (SPEC 13,
     ``SharedSlotConformance``) run when the adapter's ``make_shared_pool``
-    builds a ``SharedSnapshotPool``.
+    builds a ``SharedSnapshotPool``; those of verify buffers (SPEC 9 and 15,
+    ``VerifyBufferConformance``) when its ``set_intermediate`` can stage states.
     """
 
     num_sequences: ClassVar[int] = 6
@@ -273,41 +263,6 @@ class SnapshotPoolConformance(SharedSlotConformance[P]):
         self.fail_saves(pool, lambda save: False)
         assert pool.save([Save(1, 0, 6)]).ok
         assert pool.stored_position(1, 0) == 6
-
-    def _staging(self, pool: P, seq: int, values: list[int]) -> None:
-        if not self.set_intermediate(pool, seq, values):
-            pytest.skip("this backend keeps no intermediate states")
-        # A pool with intermediate states says so: apply_effects asks the protocol.
-        assert isinstance(pool, VerifyBufferPool), f"{type(pool).__name__} is no VerifyBufferPool"
-
-    def test_an_accept_makes_exactly_its_intermediate_state_live(self) -> None:
-        pool = self._pool()
-        self._staging(pool, 2, [60, 61, 62])
-        self._staging(pool, 4, [70, 71, 72])
-        apply_effects(pool, [SsmStateAccept(2, 1), SsmStateAccept(4, 2)], [])
-        assert self._live(pool) == [1, 2, 61, 4, 72, 6]
-
-    def test_saves_from_intermediate_states_hold_exactly_their_own_state(self) -> None:
-        pool = self._pool()
-        self._staging(pool, 1, [30, 31, 32])
-        self._staging(pool, 3, [40, 41, 42])
-        saves = [Save(1, 0, 5, 1, source=0), Save(1, 2, 7, 2, source=2), Save(3, 1, 9, 3, 1)]
-        assert pool.save(saves).ok
-        self.set_live(pool, 1, 99)
-        pool.restore([Restore(1, 0, 5, 1), Restore(3, 1, 9, 3)])
-        assert (self.get_live(pool, 1), self.get_live(pool, 3)) == (30, 41)
-        pool.restore([Restore(1, 2, 7, 2)])
-        assert self.get_live(pool, 1) == 32
-
-    def test_an_intermediate_index_the_row_lacks_is_refused_copying_nothing(self) -> None:
-        pool = self._pool()
-        self._staging(pool, 0, [50, 51, 52])
-        live, tags = self._live(pool), self._tags(pool)
-        with pytest.raises(StaleSnapshotError, match="intermediate state 3"):
-            pool.save([Save(1, 0, 2, 2), Save(0, 0, 5, 5, source=3)])
-        with pytest.raises(StaleSnapshotError, match="intermediate state 3"):
-            apply_effects(pool, [SsmStateAccept(0, 3)], [])
-        assert (self._live(pool), self._tags(pool)) == (live, tags)
 
     def test_apply_effects_discards_failed_saves_from_their_rings(self) -> None:
         pool = self._pool()
