@@ -43,7 +43,13 @@ from ._core.ring import SsmDecodeRing
 from ._errors import InvalidArgumentError
 from ._tp import channel as _wire_channel
 from ._tp import wire as _wire
-from ._tp.agreement import AgreementError, SlotDispute, check_agreement, retire_disputed
+from ._tp.agreement import (
+    AgreementError,
+    SharedSlotDispute,
+    SlotDispute,
+    check_agreement,
+    retire_disputed,
+)
 from ._tp.failures import DistributedError, src_word
 from ._tp.groups import group_active
 from ._tp.shard import shard_live_states, shard_of, shard_pool
@@ -52,6 +58,7 @@ from .pool import SaveOutcome, SnapshotPool, apply_effects
 __all__ = [
     "AgreementError",
     "DistributedError",
+    "SharedSlotDispute",
     "SlotDispute",
     "WireError",
     "apply_on_worker",
