@@ -54,6 +54,38 @@ def test_a_verify_step_one_behind_the_rings_newest_snapshot_is_refused() -> None
     assert ring.entries == before
 
 
+def test_a_save_batch_checks_its_sources_column() -> None:
+    """``sources``: one per row, each an intermediate index or ``LIVE`` (-1, read back as
+    ``None``); a shorter column or one below ``LIVE`` raises naming it. Kills
+    ``sb_sources_length_ignored``, ``sb_sources_live_refused``, ``sb_sources_below_live_ok``
+    and ``sb_source_live_not_none``."""
+    from ssm_rollback import InvalidArgumentError, SaveBatch
+    from ssm_rollback._core.save_batch import LIVE
+
+    batch = SaveBatch([0, 1], [0, 0], [1, 1], [1, 2], sources=[LIVE, 0])
+    assert (batch.source(0), batch.source(1)) == (None, 0)
+    assert (batch[0].source, batch[1].source) == (None, 0)
+    with pytest.raises(InvalidArgumentError, match="one length"):
+        SaveBatch([0, 1], [0, 0], [1, 1], [1, 2], sources=[LIVE])
+    with pytest.raises(InvalidArgumentError, match="'sources"):
+        SaveBatch([0], [0], [1], [1], sources=[LIVE - 1])
+
+
+def test_an_int_argument_of_a_verify_step_is_checked_for_type_and_bound() -> None:
+    """``seq`` must be an int >= 0: ``True`` and ``-1`` are refused by name, the ring unchanged.
+    Kills ``col_int_value_bool_ok`` and ``col_int_value_least_off_by_one``."""
+    from ssm_rollback._errors import InvalidArgumentError, InvalidArgumentTypeError
+    from ssm_rollback.rollback import commit_verified
+
+    ring = SsmDecodeRing(4)
+    flags = {"is_boundary": [True], "in_thinking": [False]}
+    with pytest.raises(InvalidArgumentTypeError, match="'seq' must be an int >= 0, got True"):
+        commit_verified(ring, seq=True, first_position=1, accepted=0, **flags)
+    with pytest.raises(InvalidArgumentError, match="'seq' must be an int >= 0, got -1"):
+        commit_verified(ring, seq=-1, first_position=1, accepted=0, **flags)
+    assert ring.entries == ()
+
+
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 

@@ -25,12 +25,14 @@ BATCH_TESTS = (
     "tests/test_apply_effects.py",
     "tests/test_batched.py",
     "tests/test_check_boundaries.py",
+    "tests/test_mutation_gaps.py",
 )
 ROWS_TESTS = ("tests/test_check_boundaries.py", "tests/test_batched.py", "tests/test_verify.py")
 COLUMN_TESTS = (
     "tests/test_check_boundaries.py",
     "tests/test_fail_closed.py",
     "tests/test_batched.py",
+    "tests/test_mutation_gaps.py",
 )
 
 CORE_MUTANTS: tuple[Mutant, ...] = (
