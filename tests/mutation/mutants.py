@@ -18,6 +18,7 @@ from __future__ import annotations
 from mutant_base import Mutant
 from mutants_core import CORE_MUTANTS
 from mutants_hf_tp import HF_TP_MUTANTS
+from mutants_more import MORE_MUTANTS
 from mutants_pool import POOL_MUTANTS
 from mutants_prefix import PREFIX_MUTANTS
 
@@ -128,6 +129,7 @@ RESERVE_MOD = "reserve/_depth.py"
 WIRE = "_tp/wire.py"
 WIRE_VALUES = "_tp/wire_values.py"
 CHANNEL = "_tp/channel.py"
+GROUPS = "_tp/groups.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     # -- _ring.py ---------------------------------------------------------------------------
@@ -1119,8 +1121,8 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(
         "effects_accept_dict_swapped",
         EFFECT_VALUES,
-        '"seq": self.seq, "index": self.index}',
-        '"seq": self.index, "index": self.seq}',
+        '"seq": self.seq, "index": self.index, "ticket": self.ticket}',
+        '"seq": self.index, "index": self.seq, "ticket": self.ticket}',
         EFFECT_TESTS,
     ),
     _m(
@@ -1140,8 +1142,8 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(
         "effects_source_negative_ok",
         EFFECT_VALUES,
-        "if value is not None and (type(value) is not int or value < 0):",
-        "if value is not None and type(value) is not int:",
+        "int | None) -> None:\n    if value is not None and (type(value) is not int or value < 0):",
+        "int | None) -> None:\n    if value is not None and type(value) is not int:",
         EFFECT_TESTS,
     ),
     _m(
@@ -1199,22 +1201,22 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(
         "torch_copy_move_range_args_swapped",
         TORCH_COPY,
-        "first, order = _as_range(dst, src)",
-        "first, order = _as_range(src, dst)",
+        "first, order = self._as_range(dst, src)",
+        "first, order = self._as_range(src, dst)",
         COPY_TESTS,
     ),
     _m(
         "torch_copy_dst_range_from_row_0",
         TORCH_COPY,
-        "out=t.narrow(dim, first, count)",
-        "out=t.narrow(dim, 0, count)",
+        "out=_rows(t, dim, first, count))",
+        "out=_rows(t, dim, 0, count))",
         COPY_TESTS,
     ),
     _m(
         "torch_copy_range_order_trusted",
         TORCH_COPY,
-        "    if rows == list(range(first, first + count)):\n",
-        "    if True:\n",
+        "if last - first == count - 1 and rows == self._ascending(first, last):",
+        "if last - first == count - 1:",
         COPY_TESTS,
     ),
     _m(
@@ -1295,17 +1297,17 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     # the index ops: source rows a range (one index_copy_), else gather and scatter
     _m(
-        "torch_copy_src_range_never_taken",
+        "torch_copy_src_range_args_swapped",
         TORCH_COPY,
-        "first, order = _as_range(src, dst)",
-        "first, order = _as_range(dst, src)",
+        "first, order = self._as_range(src, dst) if src_unique else (None, [])",
+        "first, order = self._as_range(dst, src) if src_unique else (None, [])",
         COPY_TESTS,
     ),
     _m(
         "torch_copy_src_range_from_row_0",
         TORCH_COPY,
-        "s.narrow(dim, first, count))",
-        "s.narrow(dim, 0, count))",
+        "t.index_copy_(dim, index, _rows(s, dim, first, count))",
+        "t.index_copy_(dim, index, _rows(s, dim, 0, count))",
         COPY_TESTS,
     ),
     _m(
@@ -1494,8 +1496,8 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(
         "reserve_fit_ignores_sequences",
         RESERVE_MOD,
-        "fit = max(0, free - speculative) // (sequences * per_slot)",
-        "fit = max(0, free - speculative) // per_slot",
+        "fit = max(0, free - speculative - shared) // (sequences * per_slot)",
+        "fit = max(0, free - speculative - shared) // per_slot",
         RESERVE,
     ),
     _m(
@@ -1508,8 +1510,8 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(
         "reserve_total_ignores_sequences",
         RESERVE_MOD,
-        "return RingDepth(slots, rule, per_slot, slots * sequences * per_slot, fit, speculative)",
-        "return RingDepth(slots, rule, per_slot, slots * per_slot, fit, speculative)",
+        "total = slots * sequences * per_slot",
+        "total = slots * per_slot",
         RESERVE,
     ),
     _m(
@@ -1537,14 +1539,14 @@ MUTANTS: tuple[Mutant, ...] = (
     # sends_on / _backends / buffer_device: which path (sends or broadcast) and where
     _m(
         "chan_sends_on_any_cpu_backend",
-        CHANNEL,
+        GROUPS,
         'return device.type == "cpu" and _backends(config).get("cpu") == "gloo"',
         'return device.type == "cpu"',
         CHANNEL_TESTS,
     ),
     _m(
         "chan_sends_on_ignores_device",
-        CHANNEL,
+        GROUPS,
         'return device.type == "cpu" and _backends(config).get("cpu") == "gloo"',
         'return _backends(config).get("cpu") == "gloo"',
         CHANNEL_TESTS,
@@ -1553,7 +1555,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     _m(
         "chan_backends_bare_name_cpu_only",
-        CHANNEL,
+        GROUPS,
         'for device_type in (kind,) if kind else ("cpu", "cuda"):',
         'for device_type in (kind,) if kind else ("cpu",):',
         CHANNEL_TESTS,
@@ -1562,14 +1564,14 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     _m(
         "chan_buffer_device_cuda_beside_cpu",
-        CHANNEL,
+        GROUPS,
         'if "cpu" not in backends and "cuda" in backends:',
         'if "cuda" in backends:',
         CHANNEL_TESTS,
     ),
     _m(
         "chan_buffer_device_never_cuda",
-        CHANNEL,
+        GROUPS,
         'if "cpu" not in backends and "cuda" in backends:',
         "if False:",
         CHANNEL_TESTS,
@@ -1578,15 +1580,15 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(
         "chan_recv_untagged",
         CHANNEL,
-        "group.recv([self._wire], root, TAG).wait()",
-        "group.recv([self._wire], root, 0).wait()",
+        "work = group.recv([self._wire], root, TAG)",
+        "work = group.recv([self._wire], root, 0)",
         CHANNEL_TESTS,
     ),
     _m(
         "chan_recv_from_group_rank_0",
         CHANNEL,
-        "group.recv([self._wire], root, TAG).wait()",
-        "group.recv([self._wire], 0, TAG).wait()",
+        "work = group.recv([self._wire], root, TAG)",
+        "work = group.recv([self._wire], 0, TAG)",
         CHANNEL_TESTS,
     ),
     _m(
@@ -1606,8 +1608,8 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(
         "chan_broadcast_from_group_rank_0",
         CHANNEL,
-        "group.broadcast(self._wire, root).wait()",
-        "group.broadcast(self._wire, 0).wait()",
+        "self._wait(group.broadcast(self._wire, root), None",
+        "self._wait(group.broadcast(self._wire, 0), None",
         CHANNEL_TESTS,
     ),
     _m(
@@ -1657,22 +1659,22 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(
         "chan_read_grow_not_doubled",
         CHANNEL,
-        "self.grow(max(2 * self.capacity, 1 << (HEADER + length - 1).bit_length()))",
-        "self.grow(1 << (HEADER + length - 1).bit_length())",
+        "self.grow(max(2 * self.capacity, 1 << (at + length - 1).bit_length()))",
+        "self.grow(1 << (at + length - 1).bit_length())",
         CHANNEL_TESTS,
     ),
     _m(
         "chan_read_grow_ignores_header",
         CHANNEL,
-        "self.grow(max(2 * self.capacity, 1 << (HEADER + length - 1).bit_length()))",
+        "self.grow(max(2 * self.capacity, 1 << (at + length - 1).bit_length()))",
         "self.grow(max(2 * self.capacity, 1 << (length - 1).bit_length()))",
         CHANNEL_TESTS,
     ),
     _m(
         "chan_read_length_bound_strict",
         CHANNEL,
-        "or not 0 <= length <= self.capacity - HEADER:",
-        "or not 0 <= length < self.capacity - HEADER:",
+        "or not 0 <= length <= self.capacity - at:",
+        "or not 0 <= length < self.capacity - at:",
         CHANNEL_TESTS,
     ),
     # _all_non_negative: the sign byte of every payload word
@@ -1686,95 +1688,95 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(
         "chan_sign_check_skips_last_word",
         CHANNEL,
-        "[8 * HEADER : 8 * (HEADER + length)].tobytes()",
-        "[8 * HEADER : 8 * (HEADER + length - 1)].tobytes()",
+        "[8 * at : 8 * (at + length)].tobytes()",
+        "[8 * at : 8 * (at + length - 1)].tobytes()",
         CHANNEL_TESTS,
     ),
     # _encode: refusals on the sender become every rank's error
     _m(
         "chan_encode_iterable_error_escapes",
-        CHANNEL,
+        WIRE,
         "except Exception as error:  # the caller's iterable broke",
         "except ArithmeticError as error:  # the caller's iterable broke",
         CHANNEL_TESTS,
     ),
     _m(
         "chan_encode_limit_inclusive",
-        CHANNEL,
-        "if len(words) > MAX_WORDS:",
-        "if len(words) >= MAX_WORDS:",
+        WIRE,
+        "if len(words) > limit:",
+        "if len(words) >= limit:",
         CHANNEL_TESTS,
     ),
     _m(
         "chan_encode_none_not_empty",
-        CHANNEL,
-        "words = _wire.encode(() if effects is None else effects, ranged=False)",
-        "words = _wire.encode(effects, ranged=False)",
+        WIRE,
+        "words = encode(() if effects is None else effects, ranged=False)",
+        "words = encode(effects, ranged=False)",
         CHANNEL_TESTS,
     ),
     # _post: a value past int64, refused before the header promises more (rule 3)
     _m(
         "chan_post_big_range_unchecked",
         CHANNEL,
-        "if HEADER + len(payload) > self.capacity and status == OK:",
+        "if self._at + len(payload) > self.capacity and refused is None:",
         "if False:",
         CHANNEL_TESTS,
     ),
     _m(
         "chan_post_struct_error_unnamed",
         CHANNEL,
-        "found = _wire.out_of_range(payload)",
-        "found = None",
+        "found = _wire.out_of_range(payload)\n            refused, payload = _wire.refusal(",
+        "found = None\n            refused, payload = _wire.refusal(",
         CHANNEL_TESTS,
     ),
     _m(
         "chan_post_fits_strict",
         CHANNEL,
-        "fits = HEADER + len(payload) <= self.capacity",
-        "fits = HEADER + len(payload) < self.capacity",
+        "fits = self._at + len(payload) <= self.capacity",
+        "fits = self._at + len(payload) < self.capacity",
         CHANNEL_TESTS,
     ),
     # -- _wire_values.py --------------------------------------------------------------------
     _m(
         "values_accepts_length_unchecked",
         WIRE_VALUES,
-        "if len(seqs) != len(indices):",
+        "if not len(seqs) == len(indices) == len(tickets):",
         "if False:",
         WIRE_TESTS,
     ),
     _m(
-        "values_accepts_fast_path_levels_swapped",
+        "values_accepts_ticket_zero_kept",  # 0 on the wire is no ticket, not ticket 0
         WIRE_VALUES,
-        "map(getitem, map(_ACCEPTS.__getitem__, indices), seqs)",
-        "map(getitem, map(_ACCEPTS.__getitem__, seqs), indices)",
+        "held = [None if t == 0 else t - 1 for t in tickets]",
+        "held = [0 if t == 0 else t - 1 for t in tickets]",
         WIRE_TESTS,
     ),
     _m(
-        "values_accepts_interned_under_seq",
+        "values_accepts_ticket_not_unshifted",  # t + 1 on the wire is ticket t
         WIRE_VALUES,
-        "by_seq = _ACCEPTS.setdefault(index, {})",
-        "by_seq = _ACCEPTS.setdefault(seq, {})",
+        "held = [None if t == 0 else t - 1 for t in tickets]",
+        "held = [None if t == 0 else t for t in tickets]",
         WIRE_TESTS,
     ),
     _m(
-        "values_accepts_not_interned",
+        "values_accepts_columns_swapped",
         WIRE_VALUES,
-        "found = by_seq[seq] = _accept(seq, index)",
-        "found = _accept(seq, index)",
+        "return _built(SsmStateAccept, _ACCEPT_FIELDS, (seqs, indices, held))",
+        "return _built(SsmStateAccept, _ACCEPT_FIELDS, (indices, seqs, held))",
         WIRE_TESTS,
     ),
     _m(
-        "values_accepts_limit_inclusive",
-        WIRE_VALUES,
-        "+ len(seqs) > ACCEPT_LIMIT:",
-        "+ len(seqs) >= ACCEPT_LIMIT:",
+        "wire_accept_ticket_not_shifted",  # the sender's side: ticket t goes as t + 1
+        WIRE,
+        "words += [0 if a.ticket is None else a.ticket + 1 for a in accepts]",
+        "words += [0 if a.ticket is None else a.ticket for a in accepts]",
         WIRE_TESTS,
     ),
     _m(
-        "values_accepts_limit_counts_indices",
-        WIRE_VALUES,
-        "if sum(map(len, _ACCEPTS.values())) + len(seqs) > ACCEPT_LIMIT:",
-        "if len(_ACCEPTS) + len(seqs) > ACCEPT_LIMIT:",
+        "wire_accept_none_ticket_as_one",
+        WIRE,
+        "words += [0 if a.ticket is None else a.ticket + 1 for a in accepts]",
+        "words += [1 if a.ticket is None else a.ticket + 1 for a in accepts]",
         WIRE_TESTS,
     ),
     _m(
@@ -1823,4 +1825,4 @@ MUTANTS: tuple[Mutant, ...] = (
 )
 
 
-MUTANTS = MUTANTS + CORE_MUTANTS + POOL_MUTANTS + PREFIX_MUTANTS + HF_TP_MUTANTS
+MUTANTS = MUTANTS + CORE_MUTANTS + POOL_MUTANTS + PREFIX_MUTANTS + HF_TP_MUTANTS + MORE_MUTANTS

@@ -25,12 +25,14 @@ BATCH_TESTS = (
     "tests/test_apply_effects.py",
     "tests/test_batched.py",
     "tests/test_check_boundaries.py",
+    "tests/test_mutation_gaps.py",
 )
 ROWS_TESTS = ("tests/test_check_boundaries.py", "tests/test_batched.py", "tests/test_verify.py")
 COLUMN_TESTS = (
     "tests/test_check_boundaries.py",
     "tests/test_fail_closed.py",
     "tests/test_batched.py",
+    "tests/test_mutation_gaps.py",
 )
 
 CORE_MUTANTS: tuple[Mutant, ...] = (
@@ -147,15 +149,15 @@ CORE_MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "verify_accept_index_off_by_one",
         VERIFY,
-        "accept = SsmStateAccept(checked.seq, checked.accepted)",
-        "accept = SsmStateAccept(checked.seq, checked.accepted + 1)",
+        "accept = SsmStateAccept(checked.seq, checked.accepted, mint_ticket())",
+        "accept = SsmStateAccept(checked.seq, checked.accepted + 1, mint_ticket())",
         VERIFY_TESTS,
     ),
     mutant(
         "verify_batch_accepts_the_last_fed",
         VERIFY,
-        "accepts = tuple(SsmStateAccept(plan.seq, plan.accepted) for plan in plans)",
-        "accepts = tuple(SsmStateAccept(plan.seq, plan.fed - 1) for plan in plans)",
+        "accepts = tuple(cast(SsmStateAccept, plan.effects[0]) for plan in plans)",
+        "accepts = tuple(SsmStateAccept(plan.seq, plan.fed - 1, mint_ticket()) for plan in plans)",
         VERIFY_TESTS,
     ),
     mutant(
