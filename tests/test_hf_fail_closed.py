@@ -141,7 +141,7 @@ def _filled_cache() -> DynamicCache:
     ("keyword", "value", "named"),
     [
         ("foo", 1, "'foo'"),
-        ("temperature", 0.5, "'temperature'"),
+        ("temprature", 0.5, "'temprature'"),
         ("past_key_values", "filled", "'past_key_values' must be empty"),
         ("cache", "filled", "'cache' must be empty"),
         ("pad_token_id", "x", "'pad_token_id'"),
@@ -168,9 +168,7 @@ def test_every_keyword_is_used_or_refused_by_name(
         ({"num_beams": 2}, "greedy decoding or sampling"),
         ({"output_scores": True, "return_dict_in_generate": True}, "return_dict_in_generate"),
         ({"max_time": 5.0}, "MaxTimeCriteria"),
-        ({"do_sample": True}, "'generation_config.do_sample' is True but no 'generator'"),
-        ({"do_sample": True, "generator": torch.Generator()}, "TopKLogitsWarper"),
-        ({"repetition_penalty": 1.5}, "RepetitionPenaltyLogitsProcessor"),
+        ({"guidance_scale": 2.0}, "'guidance_scale' must be None or 1"),
     ],
 )
 def test_generate_settings_a_decoder_cannot_honour_are_refused(

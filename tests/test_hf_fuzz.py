@@ -115,7 +115,10 @@ MASK = [
     *oks(None, torch.ones_like(PROMPT)),
     *bads(torch.zeros_like(PROMPT), torch.ones(3, dtype=torch.long), torch.ones(1, 8), "x", [[1]]),
 ]
-UNKNOWN = {"foo": bads(1), "temperature": bads(0.7), "output_scores": bads(True)}
+UNKNOWN = {"foo": bads(1), "output_scores": bads(True)}
+#: A generation setting: used when sampling (a generator), as generate uses it; a bad one is
+#: named when the sampling processors are built.
+SETTINGS = {"temperature": [*oks(0.7), *maybes("x", -1.0)]}
 
 SPECULATIVE: dict[str, list[Arg]] = {
     "max_new_tokens": [*oks(*range(MAX_NEW + 1)), *COUNTS],
@@ -148,6 +151,7 @@ SPECULATIVE: dict[str, list[Arg]] = {
     "is_boundary": [*oks(None), *BOUNDARY_OK, *BOUNDARY_BAD, *maybes(returning("x"))],
     "attention_mask": MASK,
     **UNKNOWN,
+    **SETTINGS,
 }
 
 BACKTRACKING: dict[str, list[Arg]] = {

@@ -5,7 +5,9 @@ truncation), ``stream`` (one decode stream: cache, ring, pool), ``decoding``
 (the counters and the result type), ``arguments`` (the decoders' own
 arguments, checked), ``prompts`` (``input_ids`` and a left-padding mask),
 ``generate_args`` (what ``model.generate`` passes a ``custom_generate``
-function), ``probe`` (whether a model's multi-token cached forward works),
+function), ``scoring`` (``generate``'s logits processors, greedy or sampled
+picks), ``streaming`` (the ``streamer``, and the ``generate`` call),
+``probe`` (whether a model's multi-token cached forward works),
 ``generation`` (``backtracking_generate``), ``speculative``
 (``speculative_generate``) and ``scan_chunks`` (narrowed scans for short
 forwards).

@@ -1,4 +1,4 @@
-"""What the Hugging Face decoders share: their counters, their result, and picking a token.
+"""What the Hugging Face decoders share: their counters and their result.
 
 ``backtracking_generate`` and ``speculative_generate`` both count what they
 did in ``_Counts`` and return a ``GenerationResult`` whose ``report`` is
@@ -11,7 +11,7 @@ from __future__ import annotations
 import attrs
 import torch
 
-__all__ = ["GenerationReport", "GenerationResult", "pick"]
+__all__ = ["GenerationReport", "GenerationResult"]
 
 
 @attrs.define
@@ -70,11 +70,3 @@ class GenerationResult:
 
     sequences: torch.Tensor
     report: GenerationReport
-
-
-def pick(scores: torch.Tensor, generator: torch.Generator | None) -> int:
-    """The next token: the argmax, or a sample when a ``generator`` is given."""
-    if generator is None:
-        return int(scores.argmax())
-    probs = torch.softmax(scores.float(), -1)
-    return int(torch.multinomial(probs, 1, generator=generator))

@@ -1,11 +1,13 @@
 """Drafters for speculative decoding: prompt lookup, an assistant model, or a draft function.
 
 ``drafter(draft, vocab, verifies)`` turns the ``draft`` argument into one
-function ``propose(tokens, k, generator) -> (drafts, distributions)``,
+function ``propose(tokens, k, scoring) -> (drafts, distributions)``,
 checked where it enters: an assistant must share the target's vocabulary
 (and, when drafts will be verified, run multi-token forward passes from its
 cache); what a draft function returns is checked on every call (a list,
-tuple or 1-D integer tensor of at most ``k`` ids in the vocabulary).
+tuple or 1-D integer tensor of at most ``k`` ids in the vocabulary). An
+assistant picks its drafts as the target picks its tokens (the same logits
+processors, greedy or sampled), as ``transformers``' assistant does.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ import torch
 
 from ..._errors import InvalidArgumentError, InvalidArgumentTypeError
 from .arguments import shown, text_vocab_size, token_ids
-from .decoding import pick
 from .probe import check_multi_token_forward
+from .scoring import Scoring
 from .stream import _Stream
 
 __all__ = ["DraftFn", "Proposal", "drafter", "prompt_lookup"]
@@ -55,7 +57,7 @@ class _Assistant:
         self._stream = _Stream(model, vocab, 0)
         self.forward_passes = 0
 
-    def propose(self, tokens: list[int], k: int, generator: torch.Generator | None) -> Proposal:
+    def propose(self, tokens: list[int], k: int, scoring: Scoring) -> Proposal:
         stream = self._stream
         held = stream.fed + stream.queued
         common = next(
@@ -70,18 +72,19 @@ class _Assistant:
         drafts: list[int] = []
         dists: list[torch.Tensor] = []
         while len(drafts) < k:
-            if generator is not None:
-                dists.append(torch.softmax(logits.float(), -1))
-            drafts.append(pick(logits, generator))
+            scores = scoring.process([*tokens, *drafts], [], logits[None])[0]
+            if scoring.sampled:
+                dists.append(torch.softmax(scores.float(), -1))
+            drafts.append(scoring.pick(scores))
             if len(drafts) < k:
                 logits = stream.feed([drafts[-1]])[-1]
         self.forward_passes = stream.forward_passes
-        return drafts, (dists if generator is not None else None)
+        return drafts, (dists if scoring.sampled else None)
 
 
 def drafter(
     draft: object, vocab: int, verifies: bool
-) -> Callable[[list[int], int, torch.Generator | None], Proposal]:
+) -> Callable[[list[int], int, Scoring], Proposal]:
     """The drafter ``draft`` names, checked: an assistant must share the target's vocabulary
     and, when drafts will be verified, run multi-token forward passes from its cache."""
     if isinstance(draft, torch.nn.Module):
@@ -103,7 +106,7 @@ def drafter(
         )
     user = draft
 
-    def call(tokens: list[int], k: int, _: torch.Generator | None) -> Proposal:
+    def call(tokens: list[int], k: int, _: Scoring) -> Proposal:
         proposed = token_ids(
             "draft(tokens, k)", user(list(tokens), k), vocab, ordered=True, verb="return"
         )

@@ -8,27 +8,44 @@ prepared (``attention_mask``, ``position_ids``, an empty ``cache``,
 keywords named in the decoder's own signature (``draft``, ``max_rollbacks``...)
 come to it directly instead - except ``max_new_tokens``, which the signature
 ``generate`` inspects leaves out (``length_in_config``) so that it reaches the
-generation config. The decoders use these
-keywords or refuse them, never drop one: logits processors, stopping
-criteria other than the length and EOS ones ``generate`` derives from the
-config, beam search and the other modes, extra outputs and a cache that
-already holds tokens are refused; anything else is an unknown keyword.
+generation config. Its ``streamer`` and ``assistant_model`` it does not hand
+over: those are read from its frame (``streaming.generate_call``).
+
+A direct call takes the same keywords, and generation settings as
+``generate`` takes them (``temperature=``, ``do_sample=``...; a
+``generation_config``, updated by them, over the model's own): the config
+and the logits processors are prepared as ``generate`` prepares them.
+Beam search and the other modes, stopping criteria other than the length and
+EOS ones ``generate`` derives from the config, outputs the decoders do not
+build and a cache that already holds tokens are refused; anything else is an
+unknown keyword, refused by name.
 """
 
 from __future__ import annotations
 
+import copy
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from typing import ParamSpec, TypeVar
+from typing import TYPE_CHECKING, ParamSpec, TypeVar, cast
 
 import attrs
+import torch
 from transformers import GenerationConfig
 from transformers.cache_utils import Cache
 from transformers.generation.configuration_utils import GenerationMode
+from transformers.generation.logits_process import (
+    LogitsProcessorList,
+    UnbatchedClassifierFreeGuidanceLogitsProcessor,
+)
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
+from transformers.generation.utils import GenerationMixin
 
 from ..._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int
 from .arguments import shown
+from .scoring import Scoring
+
+if TYPE_CHECKING:
+    from transformers._typing import GenerativePreTrainedModel
 
 __all__ = ["GenerateArgs", "generate_args", "length_in_config"]
 
@@ -46,6 +63,7 @@ _TAKEN = (
     "past_key_values",
     "use_cache",
     "logits_to_keep",
+    "streamer",
 )
 
 #: Settings that ask for outputs a ``GenerationResult`` does not have.
@@ -60,19 +78,25 @@ _OUTPUTS = (
 
 @attrs.frozen(eq=False)
 class GenerateArgs:
-    """The ``generate`` keywords a decoder uses: its config, the prompt's mask, EOS and pad ids."""
+    """The ``generate`` keywords a decoder uses: its config, the prompt's mask, EOS and pad ids,
+    and the processors."""
 
-    config: GenerationConfig | None
+    config: GenerationConfig
+    #: Whether the config's length applies without ``max_new_tokens`` (a config was given).
+    length_from_config: bool
     attention_mask: object
     position_ids: object
     #: The EOS and pad ids of the config passed, else of the model's own generation config.
     eos_token_id: object
     pad_token_id: object
+    processors: LogitsProcessorList
+    #: Whether ``processors`` are ``generate``'s, built for this call (else to be built).
+    prepared: bool
 
     def max_new_tokens(self, value: object, width: int) -> int:
         """``max_new_tokens``, else the config's (its ``max_new_tokens``, or ``max_length``)."""
         config = self.config
-        if value is not None or config is None:
+        if value is not None or not self.length_from_config:
             return check_non_negative_int("max_new_tokens", value)
         if config.max_new_tokens is not None:
             return check_non_negative_int("generation_config.max_new_tokens", config.max_new_tokens)
@@ -84,43 +108,111 @@ class GenerateArgs:
             )
         return length - width
 
+    def scoring(
+        self, model: torch.nn.Module, ids: torch.Tensor, generator: torch.Generator | None
+    ) -> Scoring:
+        """How the call turns logits into tokens: ``generate``'s processors (built here for a
+        direct call, as ``generate`` builds them for ``ids``), greedy or sampled."""
+        config, processors = self.config, self.processors
+        sampled = generator is not None or bool(config.do_sample)
+        if not self.prepared:
+            config = copy.deepcopy(config)
+            config.do_sample = sampled  # a generator samples, with generate's sampling settings
+            processors = _build_processors(model, config, ids, processors)
+        elif sampled and not config.do_sample:
+            raise InvalidArgumentError(
+                "'generator' samples, but model.generate was asked for greedy decoding and built "
+                "no sampling processors: pass do_sample=True with a generator, got "
+                "do_sample=False"
+            )
+        return Scoring(processors if len(processors) else None, sampled, generator)
+
 
 def generate_args(
-    decoder: str, kwargs: Mapping[str, object], *, sampled: bool, model: object
+    decoder: str,
+    kwargs: Mapping[str, object],
+    *,
+    model: torch.nn.Module,
+    call: Mapping[str, object] | None,
 ) -> GenerateArgs:
-    """Check what ``generate`` (or a caller) passed in ``**generate_kwargs``; refuse the rest."""
-    unknown = sorted(set(kwargs) - set(_TAKEN))
+    """Check what ``generate`` (``call``: its arguments) or a direct caller passed in
+    ``**generate_kwargs``; refuse the rest by name. (``streamer`` is the stream's.)"""
+    if call is not None and call.get("assistant_model") is not None:
+        hint = (
+            "takes its assistant as draft=model" if "speculative" in decoder else "drafts nothing"
+        )
+        raise InvalidArgumentError(
+            f"'assistant_model' must be None: {decoder} {hint}, got a "
+            f"{type(call.get('assistant_model')).__name__}"
+        )
+    kwargs = dict(kwargs)
+    given = kwargs.get("generation_config")
+    length_from_config = call is not None or given is not None or "max_length" in kwargs
+    taken = {name: kwargs.pop(name) for name in _TAKEN if name in kwargs}
+    if call is None:
+        config, kwargs = _direct_config(model, given, kwargs)
+    else:  # generate passes the config it prepared
+        config = _checked_config(given) or _direct_config(model, None, {})[0]
+    unknown = sorted(kwargs)
     if unknown:
         names = ", ".join(repr(name) for name in unknown)
         raise InvalidArgumentError(
-            f"{decoder} takes no keyword {names}: it takes its own keywords and what "
-            f"model.generate passes a custom_generate function ({', '.join(_TAKEN)})"
+            f"{decoder} takes no keyword {names}: it takes its own keywords, generation settings "
+            f"(GenerationConfig fields) and what model.generate passes a custom_generate "
+            f"function ({', '.join(_TAKEN)})"
         )
-    config = _config(kwargs.get("generation_config"), sampled)
-    _no_processors(decoder, kwargs.get("logits_processor"))
-    _generates_own_criteria(kwargs.get("stopping_criteria"), config)
+    _check_modes(config)
+    processors = _processors(decoder, taken.get("logits_processor"))
+    _generates_own_criteria(taken.get("stopping_criteria"), config)
     for name in ("cache", "past_key_values"):
-        _empty_cache(name, kwargs.get(name))
-    use_cache = kwargs.get("use_cache")
+        _empty_cache(name, taken.get(name))
+    use_cache = taken.get("use_cache")
     if use_cache is not None and use_cache is not True:
         raise InvalidArgumentError(
             f"'use_cache' must be True or None: the decoders decode through a cache they roll "
             f"back, got {shown(use_cache)}"
         )
-    logits_to_keep = kwargs.get("logits_to_keep")
+    logits_to_keep = taken.get("logits_to_keep")
     if logits_to_keep is not None:  # a memory hint: the decoders compute the logits they need
         check_non_negative_int("logits_to_keep", logits_to_keep)
-    ids = config if config is not None else getattr(model, "generation_config", None)
     return GenerateArgs(
         config,
-        kwargs.get("attention_mask"),
-        kwargs.get("position_ids"),
-        getattr(ids, "eos_token_id", None),
-        getattr(ids, "pad_token_id", None),
+        length_from_config,
+        taken.get("attention_mask"),
+        taken.get("position_ids"),
+        config.eos_token_id,
+        config.pad_token_id,
+        processors,
+        call is not None,
     )
 
 
-def _config(value: object, sampled: bool) -> GenerationConfig | None:
+def _direct_config(
+    model: torch.nn.Module, given: object, settings: dict[str, object]
+) -> tuple[GenerationConfig, dict[str, object]]:
+    """The config ``generate`` would prepare from ``given`` and keyword ``settings`` (over the
+    model's own config); the keywords that are no config field."""
+    config = _checked_config(given)
+    try:
+        prepared, rest = GenerationMixin._prepare_generation_config(
+            _generative(model), config, **settings
+        )
+    except (TypeError, ValueError) as error:
+        raise InvalidArgumentError(f"generation settings must be valid: {error}") from None
+    # generate copies output_attentions and the like into ``rest``: the config's, refused there
+    return prepared, {name: settings[name] for name in rest if name in settings}
+
+
+def _generative(model: torch.nn.Module) -> GenerativePreTrainedModel:
+    if not isinstance(model, GenerationMixin):
+        raise InvalidArgumentTypeError(
+            f"'model' must be a transformers generation model (a GenerationMixin), "
+            f"got {type(model).__name__}"
+        )
+    return cast("GenerativePreTrainedModel", model)  # a PreTrainedModel with GenerationMixin
+
+
+def _checked_config(value: object) -> GenerationConfig | None:
     if value is None:
         return None
     if not isinstance(value, GenerationConfig):
@@ -128,17 +220,15 @@ def _config(value: object, sampled: bool) -> GenerationConfig | None:
             f"'generation_config' must be a transformers GenerationConfig or None, "
             f"got {shown(value)}"
         )
+    return value
+
+
+def _check_modes(value: GenerationConfig) -> None:
     mode = value.get_generation_mode()
     if mode not in (GenerationMode.GREEDY_SEARCH, GenerationMode.SAMPLE):
         raise InvalidArgumentError(
             f"'generation_config' must ask for greedy decoding or sampling (num_beams=1, no "
             f"assistant_model or prompt lookup, no DoLa or contrastive search), got {mode.value}"
-        )
-    if mode is GenerationMode.SAMPLE and not sampled:
-        raise InvalidArgumentError(
-            "'generation_config.do_sample' is True but no 'generator' was given: the decoders "
-            "sample with a generator (pass generator=torch.Generator()) and decode greedily "
-            "without one"
         )
     if value.num_return_sequences not in (None, 1):
         raise InvalidArgumentError(
@@ -150,21 +240,60 @@ def _config(value: object, sampled: bool) -> GenerationConfig | None:
                 f"'generation_config.{name}' must be False: the decoders return a "
                 f"GenerationResult (sequences and a report), got True"
             )
-    return value
 
 
-def _no_processors(decoder: str, value: object) -> None:
+def _build_processors(
+    model: torch.nn.Module,
+    config: GenerationConfig,
+    ids: torch.Tensor,
+    given: LogitsProcessorList,
+) -> LogitsProcessorList:
+    """The processors ``generate`` builds for ``config`` and a prompt ``ids`` (its step 8)."""
+    generative = _generative(model)
+    try:
+        GenerationMixin._prepare_special_tokens(
+            generative, config, True, device=ids.device, batch_size=len(ids)
+        )
+        built: LogitsProcessorList = GenerationMixin._get_logits_processor(
+            generative,
+            generation_config=config,
+            input_ids_seq_length=ids.shape[-1],
+            encoder_input_ids=ids,  # type: ignore[arg-type]  # a LongTensor: read_prompts'
+            logits_processor=given,
+            device=str(ids.device),
+            model_kwargs={},
+        )
+    except (TypeError, ValueError) as error:
+        raise InvalidArgumentError(f"generation settings must be valid: {error}") from None
+    _no_guidance(built)
+    return built
+
+
+def _processors(decoder: str, value: object) -> LogitsProcessorList:
     if value is None:
-        return
-    if not isinstance(value, Sequence):
+        return LogitsProcessorList()
+    if not isinstance(value, Sequence) or isinstance(value, str | bytes):
         raise InvalidArgumentTypeError(
             f"'logits_processor' must be a list of logits processors, got {shown(value)}"
         )
-    if len(value):
-        names = ", ".join(type(p).__name__ for p in value)
+    odd = [type(p).__name__ for p in value if not callable(p)]
+    if odd:
+        raise InvalidArgumentTypeError(
+            f"'logits_processor' must hold logits processors (callables of input_ids and "
+            f"scores), got {', '.join(odd)}"
+        )
+    _no_guidance(value)
+    return LogitsProcessorList(value)
+
+
+def _no_guidance(processors: Sequence[object]) -> None:
+    """Classifier-free guidance runs the model on a cache of its own, one token per call: it
+    cannot follow verify positions or rollbacks."""
+    if any(isinstance(p, UnbatchedClassifierFreeGuidanceLogitsProcessor) for p in processors):
         raise InvalidArgumentError(
-            f"{decoder} applies no logits processors, got {len(value)}: {names} (from "
-            f"generation settings such as temperature, top_k with do_sample, repetition_penalty)"
+            "'guidance_scale' must be None or 1: classifier-free guidance decodes its own "
+            "cache one token at a time, which the decoders' rollbacks cannot follow, got "
+            "UnbatchedClassifierFreeGuidanceLogitsProcessor"
         )
 
 

@@ -15,6 +15,7 @@ moves the matcher back with the model or not at all (``_grammar_step``,
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final
@@ -23,7 +24,7 @@ import attrs
 import torch
 
 from ... import SsmDecodeRing
-from ..._errors import check_non_negative_int
+from ..._errors import InvalidArgumentError, check_non_negative_int
 from ...rollback import RollbackDeclined, RollbackPlan, snapshot_boundary_if_ssm
 from .._grammar.rollback import _transact
 from .._grammar.step import GrammarArg, RowGrammar, row_grammars
@@ -38,10 +39,12 @@ from .arguments import (
     pad_id,
     text_vocab_size,
 )
-from .decoding import GenerationReport, GenerationResult, _Counts, pick
+from .decoding import GenerationReport, GenerationResult, _Counts
 from .generate_args import generate_args, length_in_config
-from .prompts import InputIds, read_prompts, sequences
+from .prompts import InputIds, Prompts, read_prompts, sequences
+from .scoring import Scoring
 from .stream import _Stream
+from .streaming import TokenStreamer, generate_call, open_stream
 
 __all__ = ["GenerationReport", "GenerationResult", "backtracking_generate"]
 
@@ -59,6 +62,8 @@ class _Row:
     stream: _Stream
     ring: SsmDecodeRing
     prompt: list[int]
+    #: The prompt as given (left padding kept): what ``generate``'s processors see before it.
+    given: list[int] = attrs.field(factory=list)
     output: list[int] = attrs.field(factory=list)
     boundaries: list[int] = attrs.field(factory=list)
     logits_after: list[torch.Tensor] = attrs.field(factory=list)
@@ -67,6 +72,8 @@ class _Row:
     budget: int = 0
     #: By position: the tokens ``reject`` refused there, each with the tokens before it.
     refused: dict[int, list[tuple[tuple[int, ...], int]]] = attrs.field(factory=dict)
+    #: Output tokens put into the streamer: those no rollback can take back any more.
+    streamed: int = 0
 
 
 @attrs.frozen
@@ -78,8 +85,9 @@ class _Rules:
     reject: RejectFn
     banned: torch.Tensor | None
     eos: frozenset[int]
-    generator: torch.Generator | None
+    scoring: Scoring
     check: bool
+    stream: TokenStreamer
 
 
 @length_in_config
@@ -136,36 +144,59 @@ def backtracking_generate(
     (``report.grammar_declined``) when the matcher cannot go back that far,
     and neither moves. A row also ends when its matcher terminates.
     """
-    vocab = text_vocab_size(model)
-    generator = check_generator(generator, model)
-    passed = generate_args(
-        "backtracking_generate", generate_kwargs, sampled=generator is not None, model=model
-    )
-    prompts = read_prompts(input_ids, passed.attention_mask, passed.position_ids, vocab)
-    max_new_tokens = passed.max_new_tokens(max_new_tokens, len(prompts.given[0]))
-    # A ring never holds more boundaries than a row has positions: no slot past those is used.
-    slots = min(check_non_negative_int("capacity", capacity), max_new_tokens)
-    budget = check_non_negative_int("max_rollbacks", max_rollbacks)
-    check_callable("reject", reject)
-    check_callable("progress", progress, optional=True)
-    eos = eos_ids(eos_token_id, passed.eos_token_id, vocab)
-    pad = pad_id(pad_token_id, passed.pad_token_id, eos)
-    rules = _Rules(
-        max_new_tokens,
-        as_predicate("is_boundary", is_boundary, vocab),
-        reject,
-        ban_mask(ban, vocab),
-        eos,
-        generator,
-        check_flag("check_rollbacks", check_rollbacks),
-    )
-    grammars = row_grammars(grammar, len(prompts.rows), vocab)
+    call = generate_call(inspect.currentframe())
+    with open_stream(generate_kwargs, call) as stream:
+        vocab = text_vocab_size(model)
+        generator = check_generator(generator, model)
+        passed = generate_args("backtracking_generate", generate_kwargs, model=model, call=call)
+        prompts = read_prompts(input_ids, passed.attention_mask, passed.position_ids, vocab)
+        max_new_tokens = passed.max_new_tokens(max_new_tokens, len(prompts.given[0]))
+        # A ring never holds more boundaries than a row has positions: no slot past those is used.
+        slots = min(check_non_negative_int("capacity", capacity), max_new_tokens)
+        budget = check_non_negative_int("max_rollbacks", max_rollbacks)
+        check_callable("reject", reject)
+        check_callable("progress", progress, optional=True)
+        eos = eos_ids(eos_token_id, passed.eos_token_id, vocab)
+        pad = pad_id(pad_token_id, passed.pad_token_id, eos)
+        if stream.active and len(prompts.rows) != 1:
+            raise InvalidArgumentError(
+                f"'streamer' streams one row: backtracking_generate decodes the rows of a batch "
+                f"one after another (pass one row, or no streamer), got {len(prompts.rows)} rows"
+            )
+        given = torch.tensor(prompts.given, device=prompts.device)
+        rules = _Rules(
+            max_new_tokens,
+            as_predicate("is_boundary", is_boundary, vocab),
+            reject,
+            ban_mask(ban, vocab),
+            eos,
+            passed.scoring(model, given, generator),
+            check_flag("check_rollbacks", check_rollbacks),
+            stream,
+        )
+        grammars = row_grammars(grammar, len(prompts.rows), vocab)
+        stream.prompt(given)
+        outputs = _decode_rows(model, vocab, prompts, grammars, rules, slots, budget, progress)
+        return GenerationResult(sequences(prompts, outputs[0], pad), outputs[1].freeze())
+
+
+def _decode_rows(
+    model: torch.nn.Module,
+    vocab: int,
+    prompts: Prompts,
+    grammars: Sequence[RowGrammar | None],
+    rules: _Rules,
+    slots: int,
+    budget: int,
+    progress: Callable[[int, int], None] | None,
+) -> tuple[list[list[int]], _Counts]:
+    """Every row's new tokens, decoded one row after another, and the counters."""
     counts = _Counts()
-    total = len(prompts.rows) * max_new_tokens
+    total = len(prompts.rows) * rules.max_new_tokens
     done_before = 0
     outputs = []
-    for prompt, row_grammar in zip(prompts.rows, grammars, strict=True):
-        row = _Row(_Stream(model, vocab, slots), SsmDecodeRing(slots), prompt, budget=budget)
+    for prompt, given, row_grammar in zip(prompts.rows, prompts.given, grammars, strict=True):
+        row = _Row(_Stream(model, vocab, slots), SsmDecodeRing(slots), prompt, given, budget=budget)
         row.grammar = row_grammar
         row.logits_after.append(row.stream.feed(prompt)[-1])
 
@@ -174,12 +205,13 @@ def backtracking_generate(
                 progress(base + done, total)
 
         _decode_row(row, rules, counts, report_progress)
-        done_before += max_new_tokens
+        rules.stream.tokens(row.output[row.streamed :])
+        done_before += rules.max_new_tokens
         counts.tokens += len(row.output)
         counts.boundaries += len(row.boundaries)
         counts.forward_passes += row.stream.forward_passes
         outputs.append(row.output)
-    return GenerationResult(sequences(prompts, outputs, pad), counts.freeze())
+    return outputs, counts
 
 
 def _decode_row(row: _Row, rules: _Rules, counts: _Counts, progress: Callable[[int], None]) -> None:
@@ -187,7 +219,7 @@ def _decode_row(row: _Row, rules: _Rules, counts: _Counts, progress: Callable[[i
     while len(output) < rules.max_new_tokens and not (output and output[-1] in rules.eos):
         if grammar is not None and grammar.is_done():
             break
-        token = pick(_without(_scores(row), _refused_here(row)), rules.generator)
+        token = rules.scoring.pick(_without(_scores(row, rules), _refused_here(row)))
         rolled_back = False
         limit = rules.reject([*output, token])
         if limit is not None:
@@ -196,7 +228,7 @@ def _decode_row(row: _Row, rules: _Rules, counts: _Counts, progress: Callable[[i
                 row.refused.setdefault(len(output), []).append((tuple(output), token))
             rolled_back = _roll_back(row, limit, counts)
             banned = _refused_here(row) if rules.banned is None else rules.banned
-            token = pick(_without(_scores(row), banned), rules.generator)
+            token = rules.scoring.pick(_without(_scores(row, rules), banned))
         output.append(token)
         if grammar is not None:
             grammar.accept(token)
@@ -212,13 +244,26 @@ def _decode_row(row: _Row, rules: _Rules, counts: _Counts, progress: Callable[[i
             counts.snapshots += 1
         if rolled_back and rules.check:
             _check_against_fresh(row, logits, counts)
+        _stream_final(row, rules.stream)
         progress(len(output))
 
 
-def _scores(row: _Row) -> torch.Tensor:
-    """The logits to pick the row's next token from: masked by its grammar, if any."""
-    logits = row.logits_after[-1]
-    return logits if row.grammar is None else row.grammar.mask(logits)
+def _stream_final(row: _Row, stream: TokenStreamer) -> None:
+    """Put the row's tokens that no rollback can take back: a rollback keeps the tokens before
+    a snapshot the ring holds or will hold, so those before its oldest are final (all of them
+    once the row's rollback budget is spent)."""
+    held = row.ring.snapshot_positions() if row.budget > 0 else ()
+    final = min(held[0], len(row.output)) if held else len(row.output)
+    if final > row.streamed:
+        stream.tokens(row.output[row.streamed : final])
+        row.streamed = final
+
+
+def _scores(row: _Row, rules: _Rules) -> torch.Tensor:
+    """The scores to pick the row's next token from: the logits processed as ``generate``
+    processes them, masked by the row's grammar, if any."""
+    scores = rules.scoring.process([*row.given, *row.output], [], row.logits_after[-1][None])[0]
+    return scores if row.grammar is None else row.grammar.mask(scores)
 
 
 def _refused_here(row: _Row) -> list[int]:

@@ -16,6 +16,7 @@ multi-token cached forward fails is refused then (``probe``); drafters are in ``
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 
 import attrs
@@ -32,12 +33,14 @@ from .arguments import (
     pad_id,
     text_vocab_size,
 )
-from .decoding import GenerationResult, _Counts, pick
+from .decoding import GenerationResult, _Counts
 from .drafting import DraftFn, Proposal, drafter
 from .generate_args import generate_args, length_in_config
 from .probe import check_multi_token_forward
 from .prompts import InputIds, Prompts, read_prompts, sequences
+from .scoring import Scoring
 from .stream import _Stream
+from .streaming import TokenStreamer, generate_call, open_stream
 
 __all__ = ["speculative_generate"]
 
@@ -52,14 +55,17 @@ def _accept(
     drafts: list[int],
     dists: list[torch.Tensor] | None,
     generator: torch.Generator | None,
+    sampled: bool | None = None,
 ) -> tuple[int, int]:
-    """How many drafts the target accepts, and its own token after them.
+    """How many drafts the target accepts, and its own token after them, from the target's
+    (processed) scores at each verify position.
 
-    Greedy: drafts equal to the target's argmax. Sampled: the standard rule
-    (accept ``d`` with probability ``min(1, p(d) / q(d))``, else sample the
-    residual ``max(p - q, 0)``), so the output is distributed as the target's.
+    Greedy: drafts equal to the target's argmax. Sampled (``sampled``, by
+    default when a ``generator`` is given): the standard rule (accept ``d``
+    with probability ``min(1, p(d) / q(d))``, else sample the residual
+    ``max(p - q, 0)``), so the output is distributed as the target's ``p``.
     """
-    if generator is None:
+    if not (generator is not None if sampled is None else sampled):
         chosen = logits.argmax(-1).tolist()
         n = 0
         while n < len(drafts) and drafts[n] == chosen[n]:
@@ -120,66 +126,91 @@ def speculative_generate(
     search, an ``attention_mask`` with padding: one unpadded row only). A
     model whose own multi-token cached forward pass fails is refused up front.
     """
-    vocab = text_vocab_size(model)
-    generator = check_generator(generator, model)
-    passed = generate_args(
-        "speculative_generate", generate_kwargs, sampled=generator is not None, model=model
-    )
-    prompts = read_prompts(input_ids, passed.attention_mask, passed.position_ids, vocab)
-    prompt = _one_row(prompts)
-    max_new_tokens = passed.max_new_tokens(max_new_tokens, len(prompt))
-    k_max = check_non_negative_int("num_draft_tokens", num_draft_tokens)
-    # A ring never holds more boundaries than the output has positions (one past the cut).
-    slots = min(check_non_negative_int("capacity", capacity), max_new_tokens + 1)
-    eos = eos_ids(eos_token_id, passed.eos_token_id, vocab)
-    pad = pad_id(pad_token_id, passed.pad_token_id, eos)
-    boundaries = (
-        _Boundaries(SsmDecodeRing(slots), as_predicate("is_boundary", is_boundary, vocab))
-        if is_boundary is not None
-        else None
-    )
-    verifies = k_max > 0 and max_new_tokens > 1  # else every forward pass is one token
-    propose = drafter(draft, vocab, verifies)
-    if verifies:
-        check_multi_token_forward("model", model, vocab)
-    counts = _Counts()
-    target = _Stream(model, vocab, slots)
-    new = _decode(
-        target, prompt, max_new_tokens, k_max, propose, boundaries, generator, eos, counts
-    )
-    return GenerationResult(sequences(prompts, [new], pad), counts.freeze())
+    call = generate_call(inspect.currentframe())
+    with open_stream(generate_kwargs, call) as stream:
+        vocab = text_vocab_size(model)
+        generator = check_generator(generator, model)
+        passed = generate_args("speculative_generate", generate_kwargs, model=model, call=call)
+        prompts = read_prompts(input_ids, passed.attention_mask, passed.position_ids, vocab)
+        prompt = _one_row(prompts)
+        max_new_tokens = passed.max_new_tokens(max_new_tokens, len(prompt))
+        k_max = check_non_negative_int("num_draft_tokens", num_draft_tokens)
+        # A ring never holds more boundaries than the output has positions (one past the cut).
+        slots = min(check_non_negative_int("capacity", capacity), max_new_tokens + 1)
+        eos = eos_ids(eos_token_id, passed.eos_token_id, vocab)
+        pad = pad_id(pad_token_id, passed.pad_token_id, eos)
+        boundaries = (
+            _Boundaries(SsmDecodeRing(slots), as_predicate("is_boundary", is_boundary, vocab))
+            if is_boundary is not None
+            else None
+        )
+        verifies = k_max > 0 and max_new_tokens > 1  # else every forward pass is one token
+        propose = drafter(draft, vocab, verifies)
+        if verifies:
+            check_multi_token_forward("model", model, vocab)
+        scoring = passed.scoring(
+            model, torch.tensor(prompts.given, device=prompts.device), generator
+        )
+        stream.prompt(torch.tensor(prompts.given))
+        counts = _Counts()
+        target = _Stream(model, vocab, slots)
+        run = _Run(target, boundaries, scoring, eos, stream, counts)
+        new = _decode(run, prompt, max_new_tokens, k_max, propose)
+        return GenerationResult(sequences(prompts, [new], pad), counts.freeze())
+
+
+@attrs.frozen(eq=False)
+class _Run:
+    """What a decode works with: the target's stream, boundaries, scoring, EOS ids, the
+    streamer and the counters."""
+
+    target: _Stream
+    boundaries: _Boundaries | None
+    scoring: Scoring
+    eos: frozenset[int]
+    stream: TokenStreamer
+    counts: _Counts
 
 
 def _decode(
-    target: _Stream,
+    run: _Run,
     prompt: list[int],
     max_new_tokens: int,
     k_max: int,
-    propose: Callable[[list[int], int, torch.Generator | None], Proposal],
-    boundaries: _Boundaries | None,
-    generator: torch.Generator | None,
-    eos: frozenset[int],
-    counts: _Counts,
+    propose: Callable[[list[int], int, Scoring], Proposal],
 ) -> list[int]:
-    """The row's new tokens, decoded through ``target``; what happened counted in ``counts``."""
-    new = [pick(target.feed(prompt)[-1], generator)] if max_new_tokens else []
+    """The row's new tokens, decoded through the run's target, streamed as they are accepted;
+    what happened counted in the run's counters."""
+    target, scoring, eos, counts = run.target, run.scoring, run.eos, run.counts
+    new: list[int] = []
+    if max_new_tokens:
+        new.append(scoring.pick(scoring.process(prompt, [], target.feed(prompt)[-1:])[0]))
+        run.stream.tokens(new)
     while new and len(new) < max_new_tokens and new[-1] not in eos:
         k = min(k_max, max_new_tokens - len(new))
-        drafts, dists = propose(prompt + new, k, generator) if k else ([], None)
+        drafts, dists = propose(prompt + new, k, scoring) if k else ([], None)
         if len(target.queued) > _REPLAY_STEPS * (k_max + 1):
             # The checkpoint is taken before the queued replay, so a verify step that carries it
             # and rejects again replays it once more: fed on its own once it is as wide as a few
             # verify steps, the replay stays bounded when drafts keep failing.
             target.feed([])
         target.checkpoint()
-        logits = target.feed([new[-1], *drafts])
-        n, bonus = _accept(logits, drafts, dists, generator)
+        scores = scoring.process(prompt + new, drafts, target.feed([new[-1], *drafts]))
+        n, bonus = _accept(scores, drafts, dists, scoring.generator, scoring.sampled)
         counts.drafts_proposed += len(drafts)
         counts.drafts_accepted += n
         first = len(new)  # the output length of the last committed token, fed first
         new += [*drafts[:n], bonus]
+        run.stream.tokens(_cut(new[first:max_new_tokens], eos))
         _commit(
-            target, boundaries, counts, len(prompt), first, drafts, n, new[first - 1 : first + n]
+            target,
+            run.boundaries,
+            counts,
+            len(prompt),
+            first,
+            drafts,
+            n,
+            new[first - 1 : first + n],
         )
     new = _cut(new[:max_new_tokens], eos)
     counts.tokens = len(new)

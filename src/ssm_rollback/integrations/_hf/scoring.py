@@ -1,0 +1,57 @@
+"""How a position's logits become a token: ``generate``'s processors, then argmax or a sample.
+
+The processors are the ones ``model.generate`` builds from its generation
+config (repetition penalty, temperature, top-k, top-p with sampling, ...)
+and any passed as ``logits_processor``. They are applied as ``transformers``'
+own assisted decoding applies them: to every verify position, in order, in
+float32, each with the tokens before that position (prompt, output, and the
+drafts ahead of it) as its ``input_ids``. A decode is greedy (argmax of the
+processed scores) unless it samples (``do_sample``, or a ``generator``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import attrs
+import torch
+from transformers.generation.logits_process import LogitsProcessorList
+
+__all__ = ["Scoring", "pick"]
+
+
+@attrs.frozen(eq=False)
+class Scoring:
+    """A call's processors (``None``: none) and whether, and with which generator, it samples."""
+
+    processors: LogitsProcessorList | None
+    sampled: bool
+    generator: torch.Generator | None
+
+    def process(
+        self, before: Sequence[int], following: Sequence[int], logits: torch.Tensor
+    ) -> torch.Tensor:
+        """Scores of ``logits`` (``[n, vocab]``), row ``i`` the position after ``before`` and
+        ``following[:i]``; the logits themselves when there are no processors."""
+        if self.processors is None:
+            return logits
+        scores = logits.float().clone()
+        ids = torch.tensor([[*before, *following[: len(scores) - 1]]], device=scores.device)
+        for i in range(len(scores)):
+            upto = ids[:, : len(before) + i]
+            scores[i] = self.processors(upto, scores[i : i + 1])[0]  # type: ignore[arg-type]
+        return scores
+
+    def pick(self, scores: torch.Tensor) -> int:
+        return pick(scores, self.generator, self.sampled)
+
+
+def pick(
+    scores: torch.Tensor, generator: torch.Generator | None, sampled: bool | None = None
+) -> int:
+    """The next token: the argmax, or a sample (``sampled``; by default when a ``generator`` is
+    given; without one, from torch's global generator, as ``generate`` samples)."""
+    if not (generator is not None if sampled is None else sampled):
+        return int(scores.argmax())
+    probs = torch.softmax(scores.float(), -1)
+    return int(torch.multinomial(probs, 1, generator=generator))
