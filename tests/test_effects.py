@@ -185,3 +185,17 @@ def test_a_source_must_be_none_or_an_index(bad: object) -> None:
 def test_malformed_dicts_raise_clear_errors(bad: object, message: str) -> None:
     with pytest.raises(InvalidArgumentError, match=message):
         effect_from_dict(bad)  # type: ignore[arg-type]
+
+
+def test_a_dict_with_a_key_its_kind_does_not_have_is_refused() -> None:
+    extra = {**SsmSnapshotRestore(1, 2, 3, 4).to_dict(), "source": None}
+    with pytest.raises(InvalidArgumentError, match=r"unexpected \['source'\]"):
+        effect_from_dict(extra)
+
+
+@pytest.mark.parametrize(("ticket", "error"), [(-1, InvalidArgumentError), ("7", TypeError)])
+def test_an_accepts_ticket_must_be_none_or_an_int_at_least_0(
+    ticket: object, error: type[Exception]
+) -> None:
+    with pytest.raises(error, match="'ticket'"):
+        SsmStateAccept(0, 1, ticket)  # type: ignore[arg-type]

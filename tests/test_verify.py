@@ -213,3 +213,59 @@ def test_boundaries_the_step_itself_evicts_get_no_save_and_no_segment() -> None:
     assert [s.token_position for s in plan.saves] == [7]  # one save per slot, the survivor's
     assert [segment.through for segment in plan.replay] == [7]
     assert not plan.replay_needed  # all drafts accepted, the only save at the end
+
+
+def test_a_batch_with_rows_reads_each_rows_own_ring() -> None:
+    """``rows=[2, 0]``: element 0 is row 2, whose ring is ``rings[2]``, not ``rings[0]``."""
+    rings = [SsmDecodeRing(2) for _ in range(3)]
+    batch = commit_verified_batch(
+        rings,
+        first_positions=[5, 7],
+        accepted=[0, 0],
+        is_boundary=[[True], [True]],
+        in_thinking=[[False], [False]],
+        rows=[2, 0],
+    )
+    assert [r.snapshot_positions() for r in rings] == [(7,), (), (5,)]
+    assert batch.saves.seqs == (2, 0)
+
+
+def test_a_negative_row_is_refused_naming_it() -> None:
+    rings = [SsmDecodeRing(2), SsmDecodeRing(2)]
+    with pytest.raises(InvalidArgumentError, match=r"'rows\[0\]' must be an int >= 0, got -1"):
+        commit_verified_batch(
+            rings,
+            first_positions=[5],
+            accepted=[0],
+            is_boundary=[[True]],
+            in_thinking=[[False]],
+            rows=[-1],
+        )
+    assert [r.snapshot_positions() for r in rings] == [(), ()]
+
+
+def test_a_row_whose_ring_keeps_nothing_records_nothing_beside_one_that_does() -> None:
+    """A ring of capacity 0 (rollback off for that row) records no boundary; the batch's
+    other rows keep theirs, each under its own row."""
+    rings = [SsmDecodeRing(0), SsmDecodeRing(2)]
+    batch = commit_verified_batch(
+        rings,
+        first_positions=[3, 4],
+        accepted=[1, 1],
+        is_boundary=[[True, True], [True, True]],
+        in_thinking=[[False, False], [False, False]],
+    )
+    assert [r.snapshot_positions() for r in rings] == [(), (4, 5)]
+    assert batch.plans[0].saves == ()
+    assert [s.token_position for s in batch.plans[1].saves] == [4, 5]
+    assert batch.saves.seqs == (1, 1)
+
+
+def test_a_replay_is_needed_for_a_save_before_the_end_even_with_every_draft_accepted() -> None:
+    """All drafts accepted, but a boundary before the step's end: a replay engine must stop
+    there to save it, so the live state at the end alone is not enough."""
+    ring = SsmDecodeRing(4)
+    plan = verify(ring, first=5, accepted=2, flags="b..")
+    assert plan.accepted == plan.fed - 1
+    assert [s.token_position for s in plan.saves] == [5]
+    assert plan.replay_needed

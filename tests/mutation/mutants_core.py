@@ -187,6 +187,10 @@ CORE_MUTANTS: tuple[Mutant, ...] = (
         'int_value(f"rows[{r}]", v, 0)',
         'int_value(f"rows[{r}]", v, -1)',
         VERIFY_TESTS,
+        equivalent=(
+            "_check_row checks each row again (int_value(name('seq', 'rows'), seq, 0)) before "
+            "any ring changes, with the same message; the ring lookup between the two only reads"
+        ),
     ),
     mutant(
         "verify_positions_off_by_one",
