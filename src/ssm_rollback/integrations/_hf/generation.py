@@ -40,6 +40,7 @@ from .arguments import (
 )
 from .decoding import GenerationReport, GenerationResult, _Counts, pick
 from .generate_args import generate_args
+from .prefix_cache import checked_prefix_cache, start_stream
 from .prompts import read_prompts, sequences
 from .stream import _Stream
 
@@ -96,6 +97,7 @@ def backtracking_generate(
     progress: Callable[[int, int], None] | None = None,
     grammar: GrammarArg = None,
     max_rollbacks: int = MAX_ROLLBACKS,
+    prefix_cache: object = None,
     **generate_kwargs: object,
 ) -> GenerationResult:
     """Decode with rollback to a boundary whenever ``reject`` says no; every row on its own.
@@ -129,6 +131,9 @@ def backtracking_generate(
     the matcher back by the same tokens as the model, or is declined
     (``report.grammar_declined``) when the matcher cannot go back that far,
     and neither moves. A row also ends when its matcher terminates.
+
+    ``prefix_cache``: a ``HybridPrefixCache`` of ``model``; each row then
+    starts from ``prefix_cache.prepare(row)`` instead of a full prefill.
     """
     vocab = text_vocab_size(model)
     generator = check_generator(generator, model)
@@ -154,6 +159,7 @@ def backtracking_generate(
         check_flag("check_rollbacks", check_rollbacks),
     )
     grammars = row_grammars(grammar, len(prompts.rows), vocab)
+    prefixes = checked_prefix_cache(prefix_cache, model)
     counts = _Counts()
     total = len(prompts.rows) * max_new_tokens
     done_before = 0
@@ -161,7 +167,8 @@ def backtracking_generate(
     for prompt, row_grammar in zip(prompts.rows, grammars, strict=True):
         row = _Row(_Stream(model, vocab, slots), SsmDecodeRing(slots), prompt, budget=budget)
         row.grammar = row_grammar
-        row.logits_after.append(row.stream.feed(prompt)[-1])
+        start_stream(prefixes, row.stream, prompt)
+        row.logits_after.append(row.stream.feed(prompt[len(row.stream.fed) :])[-1])
 
         def report_progress(done: int, base: int = done_before) -> None:
             if progress is not None:

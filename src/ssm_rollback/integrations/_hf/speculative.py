@@ -35,6 +35,7 @@ from .arguments import (
 from .decoding import GenerationResult, _Counts, pick
 from .drafting import DraftFn, Proposal, drafter
 from .generate_args import generate_args
+from .prefix_cache import checked_prefix_cache, start_stream
 from .probe import check_multi_token_forward
 from .prompts import Prompts, read_prompts, sequences
 from .stream import _Stream
@@ -102,6 +103,7 @@ def speculative_generate(
     pad_token_id: int | None = None,
     is_boundary: TokenPredicate | None = None,
     capacity: int = 0,
+    prefix_cache: object = None,
     **generate_kwargs: object,
 ) -> GenerationResult:
     """Speculative decoding for hybrid (and any) causal LMs, batch 1; greedy unless sampled.
@@ -116,6 +118,8 @@ def speculative_generate(
     prepares and refuses settings it cannot honour (logits processors, beam
     search, an ``attention_mask`` with padding: one unpadded row only). A
     model whose own multi-token cached forward pass fails is refused up front.
+    With ``prefix_cache`` (a ``HybridPrefixCache`` of ``model``) decoding
+    starts from ``prefix_cache.prepare(input_ids)`` instead of a full prefill.
     """
     vocab = text_vocab_size(model)
     generator = check_generator(generator, model)
@@ -139,8 +143,10 @@ def speculative_generate(
     propose = drafter(draft, vocab, verifies)
     if verifies:
         check_multi_token_forward("model", model, vocab)
+    prefixes = checked_prefix_cache(prefix_cache, model)
     counts = _Counts()
     target = _Stream(model, vocab, slots)
+    start_stream(prefixes, target, prompt)
     new = _decode(
         target, prompt, max_new_tokens, k_max, propose, boundaries, generator, eos, counts
     )
@@ -159,7 +165,7 @@ def _decode(
     counts: _Counts,
 ) -> list[int]:
     """The row's new tokens, decoded through ``target``; what happened counted in ``counts``."""
-    new = [pick(target.feed(prompt)[-1], generator)] if max_new_tokens else []
+    new = [pick(target.feed(prompt[len(target.fed) :])[-1], generator)] if max_new_tokens else []
     while new and len(new) < max_new_tokens and new[-1] not in eos:
         k = min(k_max, max_new_tokens - len(new))
         drafts, dists = propose(prompt + new, k, generator) if k else ([], None)
