@@ -7,6 +7,9 @@ arguments, checked), ``prompts`` (``input_ids`` and a left-padding mask),
 ``generate_args`` (what ``model.generate`` passes a ``custom_generate``
 function), ``probe`` (whether a model's multi-token cached forward works),
 ``generation`` (``backtracking_generate``), ``speculative``
-(``speculative_generate``) and ``scan_chunks`` (narrowed scans for short
-forwards).
+(``speculative_generate``), ``scan_chunks`` (narrowed scans for short
+forwards), ``prefix_cache`` (``HybridPrefixCache``, over ``cache_copy``'s
+whole-cache copies; ``prefix_models`` says which models it serves,
+``prefix_use`` starts the decoders from it) and ``chat``
+(``message_boundaries``).
 """

@@ -40,7 +40,7 @@ from .arguments import (
 )
 from .decoding import GenerationReport, GenerationResult, _Counts, pick
 from .generate_args import generate_args
-from .prefix_cache import checked_prefix_cache, start_stream
+from .prefix_use import checked_prefix_cache, start_stream
 from .prompts import read_prompts, sequences
 from .stream import _Stream
 

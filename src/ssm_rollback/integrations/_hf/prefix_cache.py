@@ -27,18 +27,17 @@ from transformers.cache_utils import Cache
 from ... import PrefillPlan, PrefixEntry, PrefixSnapshotIndex
 from ..._errors import (
     InvalidArgumentError,
-    InvalidArgumentTypeError,
     InvariantError,
     StaleSnapshotError,
     check_non_negative_int,
 )
 from .arguments import text_vocab_size
 from .cache_copy import cache_nbytes, clone_cache
+from .prefix_models import check_continues
 from .prompts import read_prompts
 from .scan_chunks import ScanChunks
-from .stream import _Stream
 
-__all__ = ["HybridPrefixCache", "PrefixCacheReport", "checked_prefix_cache", "start_stream"]
+__all__ = ["HybridPrefixCache", "PrefixCacheReport"]
 
 
 @attrs.frozen
@@ -85,6 +84,7 @@ class HybridPrefixCache:
     def __init__(self, model: torch.nn.Module, *, max_bytes: int) -> None:
         self._vocab = text_vocab_size(model)
         self._max_bytes = check_non_negative_int("max_bytes", max_bytes)
+        check_continues(model, self._vocab)
         self._model = model
         self._config: PretrainedConfig = getattr(model, "config")  # noqa: B009 (typed here)
         self._device = next(model.parameters()).device
@@ -118,6 +118,7 @@ class HybridPrefixCache:
         """Hits, misses, tokens reused and computed, evictions, declined, bytes held: so far."""
         counts = {**self._counts, "entries": len(self._stored), "bytes_held": self._held}
         counts["max_bytes"] = self._max_bytes
+        counts["declined"] += self._index.stats.declined  # every slot pinned, or capacity 0
         return PrefixCacheReport(**counts)
 
     def __len__(self) -> int:
@@ -266,28 +267,3 @@ class HybridPrefixCache:
     def _touch(self, slot: int) -> None:
         self._clock += 1
         self._used[slot] = self._clock
-
-
-def checked_prefix_cache(value: object, model: torch.nn.Module) -> HybridPrefixCache | None:
-    """``prefix_cache=`` of a decoder: ``None``, or a ``HybridPrefixCache`` of ``model``."""
-    if value is None:
-        return None
-    if not isinstance(value, HybridPrefixCache):
-        raise InvalidArgumentTypeError(
-            f"'prefix_cache' must be a HybridPrefixCache or None, got {type(value).__name__}"
-        )
-    if value.model is not model:
-        raise InvalidArgumentError(
-            "'prefix_cache' must hold prefixes of the model being decoded, got one made for "
-            f"another model ({type(value.model).__name__})"
-        )
-    return value
-
-
-def start_stream(
-    prefix_cache: HybridPrefixCache | None, stream: _Stream, prompt: list[int]
-) -> None:
-    """Let a decoder's fresh stream hold ``prompt`` but its last token, from the prefix cache."""
-    if prefix_cache is not None:
-        stream.cache = prefix_cache.prepare(prompt)
-        stream.fed = prompt[:-1]

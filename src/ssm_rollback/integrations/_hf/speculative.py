@@ -35,7 +35,7 @@ from .arguments import (
 from .decoding import GenerationResult, _Counts, pick
 from .drafting import DraftFn, Proposal, drafter
 from .generate_args import generate_args
-from .prefix_cache import checked_prefix_cache, start_stream
+from .prefix_use import checked_prefix_cache, start_stream
 from .probe import check_multi_token_forward
 from .prompts import Prompts, read_prompts, sequences
 from .stream import _Stream
