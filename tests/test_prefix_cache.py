@@ -234,8 +234,20 @@ def test_a_prefill_never_evicts_what_it_stands_on_a_later_one_may() -> None:
     cache.check_valid()
 
 
+def test_publish_at_in_any_order_stores_each_positions_own_state() -> None:
+    m = model(M)
+    prompt = ids(randoms(14, 15))
+    cache = HybridPrefixCache(m, max_bytes=BIG)
+    cache.prepare(prompt, publish_at=(9, 4, 9))
+    assert sorted(entry.length for entry in cache.entries()) == [4, 9]
+    branch = torch.cat([prompt[:, :4], ids(randoms(3, 16))], 1)
+    prepared = cache.prepare(branch)
+    assert cache.report.tokens_reused == 4
+    assert torch.allclose(next_logits(m, branch, prepared), next_logits(m, branch, None), atol=TOL)
+
+
 def test_a_failed_prefill_leaves_no_entry_without_its_copy() -> None:
-    """Fault: the model raises in the second chunk; the entry planned there is discarded."""
+    """Fault: the model raises in the second chunk; what was stored before it stays, whole."""
     m = model(M)
     prompt = ids(randoms(14, 10))
     cache = HybridPrefixCache(m, max_bytes=BIG)

@@ -2,16 +2,18 @@
 
 Each published prefix is a whole copy of the cache after exactly its tokens
 (SSM and conv state, attention KV cropped to it by construction: the
-prefill stops there); a ``PrefixSnapshotIndex`` (SPEC 13) decides which
-prefix a prompt hits, pins the hit and the prefixes a prefill publishes
-while it runs, and evicts when its slots run out. Entries grow with their
+prefill stops there). A ``PrefixSnapshotIndex`` (SPEC 13) decides which
+prefix a prompt hits, pins that hit while the prefill stands on it, places
+each publish, and evicts when its slots run out. Entries grow with their
 length (the KV), so bytes bound the cache too: before a new entry is kept,
-the least recently used unpinned entries are evicted until it fits, and if
-it cannot fit it is declined. Bytes held never exceed ``max_bytes``.
+the least recently used entries other than the pinned hit are evicted until
+it fits (an earlier, shorter publish of the same prefill included: the
+longest prefixes are the ones the next turn reuses), and one that cannot
+fit is declined. Bytes held never exceed ``max_bytes``.
 
 ``prepare`` hands out a fresh copy, never the stored tensors, so nothing
-needs to stay pinned once it returns: the caller may decode on, crop or
-drop the cache it got.
+stays pinned once it returns: the caller may decode on, crop or drop the
+cache it got.
 """
 
 from __future__ import annotations
@@ -27,11 +29,12 @@ from transformers.cache_utils import Cache
 from ... import PrefillPlan, PrefixEntry, PrefixSnapshotIndex
 from ..._errors import (
     InvalidArgumentError,
+    InvalidArgumentTypeError,
     InvariantError,
     StaleSnapshotError,
     check_non_negative_int,
 )
-from .arguments import text_vocab_size
+from .arguments import shown, text_vocab_size
 from .cache_copy import cache_nbytes, clone_cache
 from .prefix_models import check_continues
 from .prompts import read_prompts
@@ -144,24 +147,21 @@ class HybridPrefixCache:
         then computes only the last prompt token.
         """
         tokens = self._prompt(input_ids)
-        plan = self._index.plan_prefill(0, tokens, publish_at=publish_at)
+        positions = _positions(publish_at, len(tokens))
+        plan = self._index.plan_prefill(0, tokens)  # the hit only: publishes come as stored
         self._sync()
         try:
             cache = self._start(plan, tokens)
             done = plan.start
-            keep = {plan.hit.entry.slot} if plan.hit is not None else set()
-            keep.update(save.slot for save in plan.saves)  # pinned by the plan
-            for chunk in plan.chunks:
-                end = min(chunk.end, len(tokens) - 1)  # the last token is generate's to feed
-                if end > done:
+            for end in [p for p in sorted(positions) if p > done] + [len(tokens) - 1]:
+                if end > done:  # the last token is generate's to feed
                     cache = self._forward(cache, tokens[done:end])
                     self._counts["tokens_computed"] += end - done
                     done = end
-                if chunk.save is not None:
-                    assert cache is not None  # a save stands after a computed chunk
-                    self._store(self._entry(chunk.save.slot), tokens, cache, keep)
+                if end in positions:
+                    assert cache is not None  # a publish stands after a computed chunk
+                    self._publish(tokens, end, cache, plan)
         finally:
-            self._drop_unwritten(plan)
             self._index.release(plan)
         # A one-token prompt leaves nothing to compute: an empty cache, as generate makes.
         return cache if cache is not None else DynamicCache(config=self._config)
@@ -218,14 +218,28 @@ class HybridPrefixCache:
 
     # -- storing and evicting ------------------------------------------------------------
 
-    def _entry(self, slot: int) -> PrefixEntry:
-        for entry in self._index.entries():
-            if entry.slot == slot:
-                return entry
-        raise InvariantError(f"prefix slot {slot} was planned but holds no entry")
+    def _publish(self, tokens: list[int], length: int, cache: Cache, plan: PrefillPlan) -> None:
+        """Store the cache, standing after ``tokens[:length]``, unless that prefix is held."""
+        save = self._index.publish(0, tokens, length)
+        self._sync()  # the index may have evicted an entry for a slot
+        if save is None:  # held already (refreshed), or declined: every slot pinned
+            for slot, kept in self._stored.items():
+                if kept.entry.length == length and list(kept.tokens) == tokens[:length]:
+                    self._touch(slot)
+            return
+        entry = PrefixEntry(save.length, save.slot, save.ticket)
+        keep = {entry.slot} if plan.hit is None else {entry.slot, plan.hit.entry.slot}
+        try:
+            self._store(entry, tokens, cache, keep)
+        except BaseException:
+            if entry in self._index.entries() and entry.slot not in self._stored:
+                self._index.discard(entry)  # a failed copy leaves no entry without one
+            raise
 
     def _store(self, entry: PrefixEntry, tokens: list[int], cache: Cache, keep: set[int]) -> None:
-        """Keep a copy of ``cache`` for ``entry`` if it fits once unpinned entries are evicted."""
+        """Keep a copy of ``cache`` for ``entry`` if it fits once the least recently used
+        entries not in ``keep`` (the new one, and the hit the prefill stands on: pinned) are
+        evicted; else decline it."""
         need = cache_nbytes(cache)
         while self._held + need > self._max_bytes:
             victims = [slot for slot in self._stored if slot not in keep]
@@ -250,16 +264,6 @@ class HybridPrefixCache:
             self._forget(slot)
             self._counts["evictions"] += 1
 
-    def _drop_unwritten(self, plan: PrefillPlan) -> None:
-        """Discard the plan's entries that were never stored (a failed prefill): none dangles."""
-        live = set(self._index.entries())
-        for save in plan.saves:
-            kept = self._stored.get(save.slot)
-            if kept is None or kept.entry.ticket != save.ticket:
-                entry = PrefixEntry(save.length, save.slot, save.ticket)
-                if entry in live:
-                    self._index.discard(entry)
-
     def _forget(self, slot: int) -> None:
         self._held -= self._stored.pop(slot).nbytes
         del self._used[slot]
@@ -267,3 +271,22 @@ class HybridPrefixCache:
     def _touch(self, slot: int) -> None:
         self._clock += 1
         self._used[slot] = self._clock
+
+
+def _positions(publish_at: object, length: int) -> set[int]:
+    """``publish_at`` checked: ints in ``[0, length)``; 0 (nothing to share) dropped."""
+    if isinstance(publish_at, str | bytes) or not isinstance(publish_at, Sequence):
+        raise InvalidArgumentTypeError(
+            f"'publish_at' must be a sequence of token positions, got {shown(publish_at)}"
+        )
+    positions = set()
+    for i, position in enumerate(publish_at):
+        position = check_non_negative_int(f"publish_at[{i}]", position)
+        if position >= length:
+            raise InvalidArgumentError(
+                f"'publish_at' must hold positions < len(input_ids) {length}, got {position} "
+                f"at index {i}"
+            )
+        positions.add(position)
+    positions.discard(0)
+    return positions
