@@ -127,7 +127,7 @@ def test_greedy_from_a_hit_equals_plain_generate(model_type: str) -> None:
         (next_logits(m, second, cache.prepare(second)) - next_logits(m, second, None)).abs().max()
     )
     assert diff <= TOLERANCE[model_type], (model_type, diff)
-    assert plain(m, second, past_key_values=cache.prepare(second)) == expected
+    assert plain(m, second, cache=cache.prepare(second)) == expected
     assert (
         speculative_generate(m, second, max_new_tokens=NEW, prefix_cache=cache).sequences.tolist()
         == expected
@@ -181,7 +181,7 @@ def test_regenerate_reuses_all_but_the_last_token_and_computes_nothing() -> None
     cache = HybridPrefixCache(m, max_bytes=BIG)
     cache.prepare(prompt, publish_at=(11,))
     computed = cache.report.tokens_computed
-    assert plain(m, prompt, past_key_values=cache.prepare(prompt)) == plain(m, prompt)
+    assert plain(m, prompt, cache=cache.prepare(prompt)) == plain(m, prompt)
     assert cache.report.tokens_computed == computed
     assert cache.report.tokens_reused == 11
 
@@ -192,7 +192,7 @@ def test_a_one_token_prompt_gets_an_empty_cache() -> None:
     cache = HybridPrefixCache(m, max_bytes=BIG)
     prepared = cache.prepare(prompt)
     assert prepared.get_seq_length() == 0
-    assert plain(m, prompt, past_key_values=prepared) == plain(m, prompt)
+    assert plain(m, prompt, cache=prepared) == plain(m, prompt)
 
 
 def test_decoding_on_a_prepared_cache_leaves_the_stored_prefix_intact() -> None:

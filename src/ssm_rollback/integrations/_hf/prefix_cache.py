@@ -80,8 +80,9 @@ class HybridPrefixCache:
     ``prepare(input_ids, publish_at=...)`` returns a cache holding the prompt
     but its last token, from the longest stored prefix plus a prefill of the
     rest that stores each ``publish_at`` position on the way; pass it to
-    ``model.generate(input_ids, past_key_values=cache)``, or pass the prefix
-    cache itself to the decoders (``prefix_cache=``). One thread at a time.
+    ``model.generate(input_ids, cache=cache)`` (``past_key_values=`` in
+    older ``transformers``), or pass the prefix cache itself to the
+    decoders (``prefix_cache=``). One thread at a time.
     """
 
     def __init__(self, model: torch.nn.Module, *, max_bytes: int) -> None:
@@ -143,7 +144,7 @@ class HybridPrefixCache:
         Starts from the longest stored prefix of the prompt (at most all but
         its last token) and computes the rest, stopping at each
         ``publish_at`` position (each ``< len(input_ids)``) to store the
-        cache there. ``model.generate(input_ids, past_key_values=cache)``
+        cache there. ``model.generate(input_ids, cache=cache)``
         then computes only the last prompt token.
         """
         tokens = self._prompt(input_ids)
