@@ -246,6 +246,18 @@ def test_publish_at_in_any_order_stores_each_positions_own_state() -> None:
     assert torch.allclose(next_logits(m, branch, prepared), next_logits(m, branch, None), atol=TOL)
 
 
+def test_a_publish_too_big_for_the_budget_evicts_nothing() -> None:
+    m = model(M)
+    probe = HybridPrefixCache(m, max_bytes=BIG)
+    probe.prepare(ids(randoms(2, 17)), publish_at=(1,))
+    cache = HybridPrefixCache(m, max_bytes=2 * probe.report.bytes_held + 100)  # two slots
+    cache.prepare(ids(randoms(5, 17)), publish_at=(4,))
+    cache.prepare(ids(randoms(90, 18)), publish_at=(80,))  # 80 tokens of KV: cannot fit at all
+    report = cache.report
+    assert (cache.capacity, report.entries, report.evictions, report.declined) == (2, 1, 0, 1)
+    cache.check_valid()
+
+
 def test_a_failed_prefill_leaves_no_entry_without_its_copy() -> None:
     """Fault: the model raises in the second chunk; what was stored before it stays, whole."""
     m = model(M)

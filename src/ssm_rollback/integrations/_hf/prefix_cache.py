@@ -242,12 +242,13 @@ class HybridPrefixCache:
         entries not in ``keep`` (the new one, and the hit the prefill stands on: pinned) are
         evicted; else decline it."""
         need = cache_nbytes(cache)
+        kept = sum(self._stored[slot].nbytes for slot in keep if slot in self._stored)
+        if kept + need > self._max_bytes:  # would not fit even alone: evict nothing for it
+            self._index.discard(entry)
+            self._counts["declined"] += 1
+            return
         while self._held + need > self._max_bytes:
             victims = [slot for slot in self._stored if slot not in keep]
-            if not victims:
-                self._index.discard(entry)
-                self._counts["declined"] += 1
-                return
             victim = min(victims, key=self._used.__getitem__)
             self._index.discard(self._stored[victim].entry)
             self._forget(victim)
