@@ -9,6 +9,9 @@ function), ``scoring`` (``generate``'s logits processors, greedy or sampled
 picks), ``streaming`` (the ``streamer``, and the ``generate`` call),
 ``probe`` (whether a model's multi-token cached forward works),
 ``generation`` (``backtracking_generate``), ``speculative``
-(``speculative_generate``) and ``scan_chunks`` (narrowed scans for short
-forwards).
+(``speculative_generate``), ``scan_chunks`` (narrowed scans for short
+forwards), ``prefix_cache`` (``HybridPrefixCache``, over ``cache_copy``'s
+whole-cache copies; ``prefix_models`` says which models it serves,
+``prefix_use`` starts the decoders from it) and ``chat``
+(``message_boundaries``).
 """

@@ -41,6 +41,8 @@ from .arguments import (
 )
 from .decoding import GenerationReport, GenerationResult, _Counts
 from .generate_args import generate_args, length_in_config
+from .prefix_cache import HybridPrefixCache
+from .prefix_use import checked_prefix_cache, start_stream
 from .prompts import InputIds, Prompts, read_prompts, sequences
 from .scoring import Scoring
 from .stream import _Stream
@@ -107,6 +109,7 @@ def backtracking_generate(
     progress: Callable[[int, int], None] | None = None,
     grammar: GrammarArg = None,
     max_rollbacks: int = MAX_ROLLBACKS,
+    prefix_cache: object = None,
     **generate_kwargs: object,
 ) -> GenerationResult:
     """Decode with rollback to a boundary whenever ``reject`` says no; every row on its own.
@@ -143,6 +146,9 @@ def backtracking_generate(
     the matcher back by the same tokens as the model, or is declined
     (``report.grammar_declined``) when the matcher cannot go back that far,
     and neither moves. A row also ends when its matcher terminates.
+
+    ``prefix_cache``: a ``HybridPrefixCache`` of ``model``; each row then
+    starts from ``prefix_cache.prepare(row)`` instead of a full prefill.
     """
     call = generate_call(inspect.currentframe())
     with open_stream(generate_kwargs, call) as stream:
@@ -175,8 +181,11 @@ def backtracking_generate(
             stream,
         )
         grammars = row_grammars(grammar, len(prompts.rows), vocab)
+        prefixes = checked_prefix_cache(prefix_cache, model)
         stream.prompt(given)
-        outputs = _decode_rows(model, vocab, prompts, grammars, rules, slots, budget, progress)
+        outputs = _decode_rows(
+            model, vocab, prompts, grammars, rules, slots, budget, progress, prefixes
+        )
         return GenerationResult(sequences(prompts, outputs[0], pad), outputs[1].freeze())
 
 
@@ -189,6 +198,7 @@ def _decode_rows(
     slots: int,
     budget: int,
     progress: Callable[[int, int], None] | None,
+    prefixes: HybridPrefixCache | None,
 ) -> tuple[list[list[int]], _Counts]:
     """Every row's new tokens, decoded one row after another, and the counters."""
     counts = _Counts()
@@ -198,7 +208,8 @@ def _decode_rows(
     for prompt, given, row_grammar in zip(prompts.rows, prompts.given, grammars, strict=True):
         row = _Row(_Stream(model, vocab, slots), SsmDecodeRing(slots), prompt, given, budget=budget)
         row.grammar = row_grammar
-        row.logits_after.append(row.stream.feed(prompt)[-1])
+        start_stream(prefixes, row.stream, prompt)
+        row.logits_after.append(row.stream.feed(prompt[len(row.stream.fed) :])[-1])
 
         def report_progress(done: int, base: int = done_before) -> None:
             if progress is not None:

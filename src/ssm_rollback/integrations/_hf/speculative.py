@@ -36,6 +36,7 @@ from .arguments import (
 from .decoding import GenerationResult, _Counts
 from .drafting import DraftFn, Proposal, drafter
 from .generate_args import generate_args, length_in_config
+from .prefix_use import checked_prefix_cache, start_stream
 from .probe import check_multi_token_forward
 from .prompts import InputIds, Prompts, read_prompts, sequences
 from .scoring import Scoring
@@ -109,6 +110,7 @@ def speculative_generate(
     pad_token_id: int | None = None,
     is_boundary: TokenPredicate | None = None,
     capacity: int = 0,
+    prefix_cache: object = None,
     **generate_kwargs: object,
 ) -> GenerationResult:
     """Speculative decoding for hybrid (and any) causal LMs, batch 1; greedy unless sampled.
@@ -125,6 +127,8 @@ def speculative_generate(
     prepares and refuses settings it cannot honour (logits processors, beam
     search, an ``attention_mask`` with padding: one unpadded row only). A
     model whose own multi-token cached forward pass fails is refused up front.
+    With ``prefix_cache`` (a ``HybridPrefixCache`` of ``model``) decoding
+    starts from ``prefix_cache.prepare(input_ids)`` instead of a full prefill.
     """
     call = generate_call(inspect.currentframe())
     with open_stream(generate_kwargs, call) as stream:
@@ -148,12 +152,14 @@ def speculative_generate(
         propose = drafter(draft, vocab, verifies)
         if verifies:
             check_multi_token_forward("model", model, vocab)
+        prefixes = checked_prefix_cache(prefix_cache, model)
         scoring = passed.scoring(
             model, torch.tensor(prompts.given, device=prompts.device), generator
         )
         stream.prompt(torch.tensor(prompts.given))
         counts = _Counts()
         target = _Stream(model, vocab, slots)
+        start_stream(prefixes, target, prompt)
         run = _Run(target, boundaries, scoring, eos, stream, counts)
         new = _decode(run, prompt, max_new_tokens, k_max, propose)
         return GenerationResult(sequences(prompts, [new], pad), counts.freeze())
@@ -184,7 +190,8 @@ def _decode(
     target, scoring, eos, counts = run.target, run.scoring, run.eos, run.counts
     new: list[int] = []
     if max_new_tokens:
-        new.append(scoring.pick(scoring.process(prompt, [], target.feed(prompt)[-1:])[0]))
+        fed = target.feed(prompt[len(target.fed) :])[-1:]
+        new.append(scoring.pick(scoring.process(prompt, [], fed)[0]))
         run.stream.tokens(new)
     while new and len(new) < max_new_tokens and new[-1] not in eos:
         k = min(k_max, max_new_tokens - len(new))

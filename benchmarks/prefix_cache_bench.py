@@ -1,0 +1,259 @@
+"""A chat over a long history on CPU: time to first token with ``HybridPrefixCache`` and without.
+
+    python benchmarks/prefix_cache_bench.py            # the full run (a few minutes)
+    python benchmarks/prefix_cache_bench.py --smoke    # a quick pass that only checks it runs
+
+A randomly initialised Nemotron-H (8 layers: Mamba2, attention and MLP;
+hidden 512, vocab 2,048; nothing is downloaded), torch threads pinned
+(``--threads``). The chat is token ids with role and end-of-message tokens
+(what a chat template renders): a system prompt and earlier exchanges,
+over 2,048 tokens, then four turns, one regenerate (the same prompt again)
+and one edit (the last user message replaced). Each request publishes every
+message end and its own prompt end minus one token (what a regenerate
+reuses); the replies are fixed random tokens, since what the assistant said
+does not change what is reused.
+
+- Time to first token: ``prepare`` + ``generate(max_new_tokens=1,
+  cache=...)`` against plain ``model.generate(max_new_tokens=1)``,
+  medians of ``--rounds`` rounds (each round replays the whole chat on a
+  fresh prefix cache, so every request meets the cache as the chat left it).
+  The first token is checked to be the same both ways.
+- Best-of-4 from one prompt: prompt tokens the model's forward passes
+  compute, counted by a hook, with the cache (the prompt once) and without.
+- Bytes held, checked after every request against ``--max-mib``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from functools import partial
+
+import torch
+from transformers import AutoModelForCausalLM, PretrainedConfig
+from transformers.utils import logging as hf_logging
+
+from ssm_rollback.integrations.transformers import HybridPrefixCache
+from ssm_rollback.testing import tiny_config
+
+SYSTEM, USER, ASSISTANT, END = 1, 2, 3, 4  # role and end-of-message tokens
+FIRST_WORD = 8  # message contents use ids from here on
+
+
+def sizes(smoke: bool) -> dict[str, int]:
+    if smoke:
+        return {"layers": 4, "hidden": 64, "heads": 4, "head_dim": 16, "vocab": 128}
+    return {"layers": 8, "hidden": 512, "heads": 8, "head_dim": 64, "vocab": 2048}
+
+
+def hybrid_config(s: dict[str, int]) -> PretrainedConfig:
+    pattern = ["mamba", "mlp", "mamba", "attention"] * (s["layers"] // 4)
+    return tiny_config(
+        "nemotron_h",
+        vocab_size=s["vocab"],
+        hidden_size=s["hidden"],
+        intermediate_size=3 * s["hidden"],
+        num_attention_heads=s["heads"],
+        num_key_value_heads=2,
+        head_dim=s["head_dim"],
+        mamba_num_heads=s["heads"],
+        mamba_head_dim=s["head_dim"],
+        ssm_state_size=s["head_dim"],
+        chunk_size=16 if s["hidden"] < 512 else 128,
+        layers_block_type=pattern,
+        max_position_embeddings=4096,
+        eos_token_id=None,
+    )
+
+
+class Counted:
+    """The model, with the tokens its forward passes take counted (a pre-forward hook)."""
+
+    def __init__(self, config: PretrainedConfig) -> None:
+        torch.manual_seed(0)
+        model: torch.nn.Module = AutoModelForCausalLM.from_config(config)  # type: ignore[no-untyped-call]
+        self.model = model.eval()
+        generation_config = getattr(self.model, "generation_config")  # noqa: B009
+        generation_config.eos_token_id = None
+        generation_config.pad_token_id = 0
+        self.tokens = 0
+        self.model.register_forward_pre_hook(self._count, with_kwargs=True)
+
+    def _count(self, _: object, args: tuple[object, ...], kwargs: dict[str, object]) -> None:
+        ids = args[0] if args else kwargs.get("input_ids")
+        assert isinstance(ids, torch.Tensor)
+        self.tokens += ids.shape[-1]
+
+    def generate(self, ids: list[int], new: int, **kwargs: object) -> list[int]:
+        prompt = torch.tensor([ids])
+        kwargs = {"do_sample": False, **kwargs}
+        with torch.no_grad():
+            out: torch.Tensor = self.model.generate(  # type: ignore[operator]
+                prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=new, **kwargs
+            )
+        generated: list[int] = out[0, len(ids) :].tolist()
+        return generated
+
+
+class Chat:
+    """Messages as token ids; ``prompt()`` renders them with the assistant's header last."""
+
+    def __init__(self, vocab: int, seed: int) -> None:
+        self.rng = torch.Generator().manual_seed(seed)
+        self.vocab = vocab
+        self.messages: list[list[int]] = []
+
+    def words(self, n: int) -> list[int]:
+        out: list[int] = torch.randint(FIRST_WORD, self.vocab, (n,), generator=self.rng).tolist()
+        return out
+
+    def add(self, role: int, n: int) -> None:
+        self.messages.append([role, *self.words(n), END])
+
+    def prompt(self) -> tuple[list[int], tuple[int, ...]]:
+        """The rendered ids and where each message ends (what ``message_boundaries`` gives)."""
+        ids: list[int] = []
+        ends = []
+        for message in self.messages:
+            ids += message
+            ends.append(len(ids))
+        return [*ids, ASSISTANT], tuple(ends)
+
+
+def requests(s: dict[str, int], smoke: bool) -> list[tuple[str, list[int], tuple[int, ...]]]:
+    """The chat's requests in order: name, prompt, positions to publish."""
+    history, user, reply = (4, 12, 16) if smoke else (7, 48, 64)
+    chat = Chat(s["vocab"], 0)
+    chat.add(SYSTEM, 24 if smoke else 300)
+    for _ in range(history):
+        chat.add(USER, 10 if smoke else 110)
+        chat.add(ASSISTANT, 20 if smoke else 150)
+    out = []
+
+    def ask(name: str) -> None:
+        ids, ends = chat.prompt()
+        out.append((name, ids, (*ends, len(ids) - 1)))
+
+    for turn in range(1, 5):
+        chat.add(USER, user)
+        ask(f"turn {turn}")
+        if turn == 2:
+            ask("regenerate")
+            chat.messages.pop()
+            chat.add(USER, user)
+            ask("edit")
+        chat.add(ASSISTANT, reply)
+    return out
+
+
+def first_from(
+    cache: HybridPrefixCache, m: Counted, ids: list[int], publish: tuple[int, ...]
+) -> list[int]:
+    """The first token from the prefix cache: ``prepare``, then the last prompt token."""
+    return m.generate(ids, 1, cache=cache.prepare(ids, publish_at=publish))
+
+
+def ttft(run: Callable[[], list[int]]) -> tuple[float, list[int]]:
+    started = time.perf_counter()
+    out = run()
+    return time.perf_counter() - started, out
+
+
+def chat_section(m: Counted, s: dict[str, int], smoke: bool, rounds: int, max_bytes: int) -> bool:
+    chat = requests(s, smoke)
+    plain: dict[str, list[float]] = {name: [] for name, _, _ in chat}
+    cached: dict[str, list[float]] = {name: [] for name, _, _ in chat}
+    reused: dict[str, int] = {}
+    same = True
+    peak = 0
+    cache = HybridPrefixCache(m.model, max_bytes=max_bytes)
+    for _ in range(rounds):
+        cache = HybridPrefixCache(m.model, max_bytes=max_bytes)
+        for name, ids, publish in chat:
+            t_plain, first_plain = ttft(partial(m.generate, ids, 1))
+            before = cache.report.tokens_reused
+            t_cached, first_cached = ttft(partial(first_from, cache, m, ids, publish))
+            plain[name].append(t_plain)
+            cached[name].append(t_cached)
+            reused[name] = cache.report.tokens_reused - before
+            same &= first_plain == first_cached
+            peak = max(peak, cache.report.bytes_held)
+            assert cache.report.bytes_held <= max_bytes
+    budget = f"{max_bytes / 2**20:.1f} MiB"
+    print(f"\n(a) a chat, time to first token (medians of {rounds}); budget {budget}")
+    head = f"{'request':<12}{'prompt':>8}{'reused':>8}{'plain ms':>10}{'cached ms':>11}"
+    print(f"  {head}{'speedup':>9}")
+    worst = float("inf")
+    for name, ids, _ in chat:
+        p, c = statistics.median(plain[name]), statistics.median(cached[name])
+        if reused[name]:
+            worst = min(worst, p / c)
+        print(
+            f"  {name:<12}{len(ids):>8}{reused[name]:>8}{p * 1e3:>10.1f}{c * 1e3:>11.1f}"
+            f"{p / c:>8.1f}x"
+        )
+    r = cache.report
+    print(
+        f"  hits {r.hits}, misses {r.misses}, evictions {r.evictions}, declined {r.declined}; "
+        f"bytes held at most {peak / 2**20:.1f} MiB of {budget} (never over); "
+        f"same first token: {'yes' if same else 'NO'}; slowest hit's speedup {worst:.1f}x"
+    )
+    return same
+
+
+def best_of_section(m: Counted, s: dict[str, int], smoke: bool, max_bytes: int) -> None:
+    ids = requests(s, smoke)[0][1]
+    new = 8
+    sampled = {"do_sample": True, "top_k": 0}
+    m.tokens = 0
+    for seed in range(4):
+        torch.manual_seed(seed)
+        m.generate(ids, new, **sampled)
+    plain = m.tokens
+    cache = HybridPrefixCache(m.model, max_bytes=max_bytes)
+    m.tokens = 0
+    for seed in range(4):
+        torch.manual_seed(seed)
+        m.generate(ids, new, cache=cache.prepare(ids, publish_at=(len(ids) - 1,)), **sampled)
+    ours = m.tokens
+    decode = 4 * (new - 1)
+    print(f"\n(b) best-of-4 from one {len(ids)}-token prompt, {new} new tokens each")
+    print(f"  {'path':<12}{'forward tokens':>16}{'prompt tokens':>15}")
+    print(f"  {'plain':<12}{plain:>16}{plain - decode:>15}")
+    print(f"  {'cached':<12}{ours:>16}{ours - decode:>15}")
+    print(
+        f"  the prompt is computed once with the cache: {len(ids) - 1} tokens + the last token "
+        f"of each sample ({ours - decode == len(ids) - 1 + 4}); hits {cache.report.hits}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny run, only checks it works")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the whole chat")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads")
+    parser.add_argument("--max-mib", type=float, default=48, help="the prefix cache's budget")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
+    warnings.simplefilter("ignore")
+    s = sizes(args.smoke)
+    rounds = 1 if args.smoke else args.rounds
+    max_bytes = int((0.5 if args.smoke else args.max_mib) * 2**20)
+    print(
+        f"torch {torch.__version__}, {args.threads} threads; Nemotron-H: {s['layers']} layers, "
+        f"hidden {s['hidden']}, vocab {s['vocab']}, random weights"
+    )
+    m = Counted(hybrid_config(s))
+    m.generate([FIRST_WORD] * 32, 2)  # warm up
+    same = chat_section(m, s, args.smoke, rounds, max_bytes)
+    best_of_section(m, s, args.smoke, max_bytes)
+    return 0 if same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,294 @@
+"""``HybridPrefixCache``: shared prompt prefixes of a ``transformers`` model, within a byte budget.
+
+Each published prefix is a whole copy of the cache after exactly its tokens
+(SSM and conv state, attention KV cropped to it by construction: the
+prefill stops there). A ``PrefixSnapshotIndex`` (SPEC 13) decides which
+prefix a prompt hits, pins that hit while the prefill stands on it, places
+each publish, and evicts when its slots run out. Entries grow with their
+length (the KV), so bytes bound the cache too: before a new entry is kept,
+the least recently used entries other than the pinned hit are evicted until
+it fits (an earlier, shorter publish of the same prefill included: the
+longest prefixes are the ones the next turn reuses), and one that cannot
+fit is declined. Bytes held never exceed ``max_bytes``.
+
+``prepare`` hands out a fresh copy, never the stored tensors, so nothing
+stays pinned once it returns: the caller may decode on, crop or drop the
+cache it got.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import final
+
+import attrs
+import torch
+from transformers import DynamicCache, PretrainedConfig
+from transformers.cache_utils import Cache
+
+from ... import PrefillPlan, PrefixEntry, PrefixSnapshotIndex
+from ..._errors import (
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    InvariantError,
+    StaleSnapshotError,
+    check_non_negative_int,
+)
+from .arguments import shown, text_vocab_size
+from .cache_copy import cache_nbytes, clone_cache
+from .prefix_models import check_continues
+from .prompts import read_prompts
+from .scan_chunks import ScanChunks
+
+__all__ = ["HybridPrefixCache", "PrefixCacheReport"]
+
+
+@attrs.frozen
+class PrefixCacheReport:
+    """What a ``HybridPrefixCache`` has done so far, and what it holds."""
+
+    #: ``prepare`` calls that started from a stored prefix, and those that did not.
+    hits: int = 0
+    misses: int = 0
+    #: Prompt tokens the hits did not compute, and those ``prepare`` computed.
+    tokens_reused: int = 0
+    tokens_computed: int = 0
+    #: Prefixes stored, evicted (for slots or for bytes), declined (would not fit).
+    published: int = 0
+    evictions: int = 0
+    declined: int = 0
+    #: Prefixes held now, their bytes, and the budget.
+    entries: int = 0
+    bytes_held: int = 0
+    max_bytes: int = 0
+
+
+@attrs.frozen(eq=False)  # holds a cache: compare by identity
+class _Stored:
+    """One entry's copy of the cache, with the ticket and tokens it was stored for."""
+
+    entry: PrefixEntry
+    tokens: tuple[int, ...]
+    cache: Cache
+    nbytes: int
+
+
+@final
+class HybridPrefixCache:
+    """Shared prompt prefixes of one model (SSM state and attention KV), held within ``max_bytes``.
+
+    ``prepare(input_ids, publish_at=...)`` returns a cache holding the prompt
+    but its last token, from the longest stored prefix plus a prefill of the
+    rest that stores each ``publish_at`` position on the way; pass it to
+    ``model.generate(input_ids, cache=cache)`` (``past_key_values=`` in
+    older ``transformers``), or pass the prefix cache itself to the
+    decoders (``prefix_cache=``). One thread at a time.
+    """
+
+    def __init__(self, model: torch.nn.Module, *, max_bytes: int) -> None:
+        self._vocab = text_vocab_size(model)
+        self._max_bytes = check_non_negative_int("max_bytes", max_bytes)
+        check_continues(model, self._vocab)
+        self._model = model
+        self._config: PretrainedConfig = getattr(model, "config")  # noqa: B009 (typed here)
+        self._device = next(model.parameters()).device
+        self._chunks = ScanChunks(model)
+        # The smallest entry (one token) bounds how many can ever fit: the index's slots.
+        smallest = cache_nbytes(self._forward(None, [0])) if self._max_bytes else 1
+        self._index = PrefixSnapshotIndex(self._max_bytes // max(smallest, 1))
+        self._stored: dict[int, _Stored] = {}
+        self._used: dict[int, int] = {}  # slot -> clock at its last store or hit
+        self._clock = 0
+        self._held = 0
+        self._counts = dict.fromkeys(attrs.fields_dict(PrefixCacheReport), 0)
+
+    @property
+    def model(self) -> torch.nn.Module:
+        """The model whose prefixes this holds."""
+        return self._model
+
+    @property
+    def max_bytes(self) -> int:
+        """The budget: bytes held never exceed it."""
+        return self._max_bytes
+
+    @property
+    def capacity(self) -> int:
+        """Most prefixes it can hold: ``max_bytes`` over the bytes of a one-token prefix."""
+        return self._index.capacity
+
+    @property
+    def report(self) -> PrefixCacheReport:
+        """Hits, misses, tokens reused and computed, evictions, declined, bytes held: so far."""
+        counts = {**self._counts, "entries": len(self._stored), "bytes_held": self._held}
+        counts["max_bytes"] = self._max_bytes
+        counts["declined"] += self._index.stats.declined  # every slot pinned, or capacity 0
+        return PrefixCacheReport(**counts)
+
+    def __len__(self) -> int:
+        return len(self._stored)
+
+    def __repr__(self) -> str:
+        return (
+            f"HybridPrefixCache(max_bytes={self._max_bytes}, entries={len(self._stored)}, "
+            f"bytes_held={self._held})"
+        )
+
+    def entries(self) -> tuple[PrefixEntry, ...]:
+        """The stored prefixes, by slot."""
+        return self._index.entries()
+
+    def prepare(self, input_ids: object, *, publish_at: Sequence[int] = ()) -> Cache:
+        """A fresh cache holding ``input_ids`` (one row) but its last token; stores ``publish_at``.
+
+        Starts from the longest stored prefix of the prompt (at most all but
+        its last token) and computes the rest, stopping at each
+        ``publish_at`` position (each ``< len(input_ids)``) to store the
+        cache there. ``model.generate(input_ids, cache=cache)``
+        then computes only the last prompt token.
+        """
+        tokens = self._prompt(input_ids)
+        positions = _positions(publish_at, len(tokens))
+        plan = self._index.plan_prefill(0, tokens)  # the hit only: publishes come as stored
+        self._sync()
+        try:
+            cache = self._start(plan, tokens)
+            done = plan.start
+            for end in [p for p in sorted(positions) if p > done] + [len(tokens) - 1]:
+                if end > done:  # the last token is generate's to feed
+                    cache = self._forward(cache, tokens[done:end])
+                    self._counts["tokens_computed"] += end - done
+                    done = end
+                if end in positions:
+                    assert cache is not None  # a publish stands after a computed chunk
+                    self._publish(tokens, end, cache, plan)
+        finally:
+            self._index.release(plan)
+        # A one-token prompt leaves nothing to compute: an empty cache, as generate makes.
+        return cache if cache is not None else DynamicCache(config=self._config)
+
+    def check_valid(self) -> None:
+        """Raise ``InvariantError`` naming the first broken invariant; for tests."""
+        self._index.check_valid()
+        live = {entry.slot: entry for entry in self._index.entries()}
+        stored = {slot: kept.entry for slot, kept in self._stored.items()}
+        if live != stored:
+            raise InvariantError(f"the index holds {live} but the store {stored}")
+        held = sum(kept.nbytes for kept in self._stored.values())
+        if held != self._held or held > self._max_bytes:
+            raise InvariantError(
+                f"{held} bytes stored, {self._held} counted, {self._max_bytes} at most"
+            )
+
+    # -- the prefill ---------------------------------------------------------------------
+
+    def _prompt(self, input_ids: object) -> list[int]:
+        prompts = read_prompts(input_ids, None, None, self._vocab)
+        if len(prompts.rows) != 1:
+            raise InvalidArgumentError(
+                f"'input_ids' must hold one row (a prefix cache prepares one prompt at a time), "
+                f"got {len(prompts.rows)}"
+            )
+        return prompts.rows[0]
+
+    def _forward(self, cache: Cache | None, tokens: list[int]) -> Cache:
+        with torch.no_grad(), self._chunks.narrowed(len(tokens)):
+            inputs = torch.tensor([tokens], dtype=torch.long, device=self._device)
+            kwargs = {} if cache is None else {"cache": cache}
+            out = self._model(inputs, use_cache=True, **kwargs)
+        fed: Cache = out.cache
+        return fed
+
+    def _start(self, plan: PrefillPlan, tokens: list[int]) -> Cache | None:
+        """A fresh copy of the plan's hit, checked against its ticket and tokens; else ``None``."""
+        if plan.hit is None:
+            self._counts["misses"] += 1
+            return None
+        entry = plan.hit.entry
+        kept = self._stored.get(entry.slot)
+        if kept is None or kept.entry != entry or list(kept.tokens) != tokens[: entry.length]:
+            raise StaleSnapshotError(
+                f"prefix slot {entry.slot} must hold {entry} of the prompt's first "
+                f"{entry.length} tokens, holds {None if kept is None else kept.entry}: "
+                f"nothing restored"
+            )
+        self._counts["hits"] += 1
+        self._counts["tokens_reused"] += entry.length
+        self._touch(entry.slot)
+        return clone_cache(kept.cache)
+
+    # -- storing and evicting ------------------------------------------------------------
+
+    def _publish(self, tokens: list[int], length: int, cache: Cache, plan: PrefillPlan) -> None:
+        """Store the cache, standing after ``tokens[:length]``, unless that prefix is held."""
+        save = self._index.publish(0, tokens, length)
+        self._sync()  # the index may have evicted an entry for a slot
+        if save is None:  # held already (refreshed), or declined: every slot pinned
+            for slot, kept in self._stored.items():
+                if kept.entry.length == length and list(kept.tokens) == tokens[:length]:
+                    self._touch(slot)
+            return
+        entry = PrefixEntry(save.length, save.slot, save.ticket)
+        keep = {entry.slot} if plan.hit is None else {entry.slot, plan.hit.entry.slot}
+        try:
+            self._store(entry, tokens, cache, keep)
+        except BaseException:
+            if entry in self._index.entries() and entry.slot not in self._stored:
+                self._index.discard(entry)  # a failed copy leaves no entry without one
+            raise
+
+    def _store(self, entry: PrefixEntry, tokens: list[int], cache: Cache, keep: set[int]) -> None:
+        """Keep a copy of ``cache`` for ``entry`` if it fits once the least recently used
+        entries not in ``keep`` (the new one, and the hit the prefill stands on: pinned) are
+        evicted; else decline it."""
+        need = cache_nbytes(cache)
+        kept = sum(self._stored[slot].nbytes for slot in keep if slot in self._stored)
+        if kept + need > self._max_bytes:  # would not fit even alone: evict nothing for it
+            self._index.discard(entry)
+            self._counts["declined"] += 1
+            return
+        while self._held + need > self._max_bytes:
+            victims = [slot for slot in self._stored if slot not in keep]
+            victim = min(victims, key=self._used.__getitem__)
+            self._index.discard(self._stored[victim].entry)
+            self._forget(victim)
+            self._counts["evictions"] += 1
+        copied = clone_cache(cache)
+        self._stored[entry.slot] = _Stored(entry, tuple(tokens[: entry.length]), copied, need)
+        self._held += need
+        self._touch(entry.slot)
+        self._counts["published"] += 1
+
+    def _sync(self) -> None:
+        """Forget the copies of entries the index evicted for a slot (rule 7 of the index)."""
+        live = set(self._index.entries())
+        for slot in [slot for slot, kept in self._stored.items() if kept.entry not in live]:
+            self._forget(slot)
+            self._counts["evictions"] += 1
+
+    def _forget(self, slot: int) -> None:
+        self._held -= self._stored.pop(slot).nbytes
+        del self._used[slot]
+
+    def _touch(self, slot: int) -> None:
+        self._clock += 1
+        self._used[slot] = self._clock
+
+
+def _positions(publish_at: object, length: int) -> set[int]:
+    """``publish_at`` checked: ints in ``[0, length)``; 0 (nothing to share) dropped."""
+    if isinstance(publish_at, str | bytes) or not isinstance(publish_at, Sequence):
+        raise InvalidArgumentTypeError(
+            f"'publish_at' must be a sequence of token positions, got {shown(publish_at)}"
+        )
+    positions = set()
+    for i, position in enumerate(publish_at):
+        position = check_non_negative_int(f"publish_at[{i}]", position)
+        if position >= length:
+            raise InvalidArgumentError(
+                f"'publish_at' must hold positions < len(input_ids) {length}, got {position} "
+                f"at index {i}"
+            )
+        positions.add(position)
+    positions.discard(0)
+    return positions
