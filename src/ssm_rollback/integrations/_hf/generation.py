@@ -271,10 +271,16 @@ def _stream_final(row: _Row, stream: TokenStreamer) -> None:
 
 
 def _scores(row: _Row, rules: _Rules) -> torch.Tensor:
-    """The scores to pick the row's next token from: the logits processed as ``generate``
-    processes them, masked by the row's grammar, if any."""
-    scores = rules.scoring.process([*row.given, *row.output], [], row.logits_after[-1][None])[0]
-    return scores if row.grammar is None else row.grammar.mask(scores)
+    """The scores to pick the row's next token from: the logits masked by the row's grammar,
+    if any, then processed as ``generate`` processes them.
+
+    The grammar comes first, as a constrained-decoding logits processor does: a top-k or
+    top-p cut of the unmasked logits could keep only tokens the grammar forbids.
+    """
+    logits = row.logits_after[-1][None]
+    if row.grammar is not None:
+        logits = row.grammar.mask(logits)
+    return rules.scoring.process([*row.given, *row.output], [], logits)[0]
 
 
 def _refused_here(row: _Row) -> list[int]:
