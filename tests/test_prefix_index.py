@@ -25,7 +25,6 @@ class _Ref:
     tokens: tuple[int, ...]
     slot: int
     pins: int = 0
-    hits: int = 0
     uses: int = 1
     used: int = 0
     base: int = 0
@@ -64,14 +63,19 @@ class ReferenceIndex:
         e.used = self.clock
         e.base = self.level
 
-    def covered(self, e: _Ref) -> bool:
-        """Some other live entry extends it."""
+    def margin(self, e: _Ref) -> int:
+        """Its length less that of its longest live proper prefix (0 when none)."""
         n = len(e.tokens)
-        return any(len(o.tokens) > n and o.tokens[:n] == e.tokens for o in self.entries)
+        below = [
+            len(o.tokens)
+            for o in self.entries
+            if len(o.tokens) < n and e.tokens[: len(o.tokens)] == o.tokens
+        ]
+        return n - max(below, default=0)
 
     def priority(self, e: _Ref) -> int:
-        """GreedyDual: the level at its last use plus its value (SPEC 13's "benefit")."""
-        return e.base + len(e.tokens) * (e.uses - self.covered(e))
+        """GreedyDual: the level at its last use plus margin x uses (SPEC 13's "benefit")."""
+        return e.base + self.margin(e) * e.uses
 
     def _place(self, tokens: Sequence[int], length: int, own: Sequence[_Ref] = ()) -> _Ref | None:
         if len(self.entries) == self.capacity:
@@ -110,8 +114,7 @@ class ReferenceIndex:
             self.stats["hits"] += 1
             self.stats["tokens_reused"] += len(hit.tokens)
             self._touch(hit)
-            hit.hits += 1
-            hit.uses += self.covered(hit)
+            hit.uses += 1
             hit.pins += 1
             pinned.append(hit)
         start = 0 if hit is None else len(hit.tokens)
@@ -347,16 +350,37 @@ def test_bad_arguments_are_named_and_change_nothing(call: object, match: str) ->
     index.check_valid()
 
 
-def test_benefit_evicts_an_entry_a_longer_live_entry_covers_before_that_entry() -> None:
-    """A message end just before a conversation's end serves nothing the end does not."""
+def test_benefit_keeps_the_prompt_end_that_samples_branch_at_over_one_output_past_it() -> None:
+    """Evicting an entry costs its margin over its longest live prefix, not its length.
+
+    The prompt end (5 tokens) that best-of-n samples branch at, then one
+    sample's output end past it (9): evicting the output end costs its 4
+    tokens past the prompt end, evicting the prompt end costs the next
+    sample its whole prompt. The prompt end stays.
+    """
     index = PrefixSnapshotIndex(2, eviction="benefit")
-    tokens = list(range(10, 20))
-    end = index.publish(0, tokens, 9)
-    assert index.publish(0, tokens, 5) is not None  # covered by ``end`` from the start
-    assert index.publish(0, [7, 7, 7, 7], 3) is not None
-    assert [e.length for e in index.entries()] == [9, 3]
-    assert end is not None
-    assert index.match(tokens) == PrefixEntry(9, end.slot, end.ticket)
+    sample = list(range(10, 20))
+    prompt_end = index.publish(0, sample, 5)
+    assert index.publish(0, sample, 9) is not None
+    assert index.publish(0, [7, 7, 7, 7], 3) is not None  # full: one of the two goes
+    assert prompt_end is not None
+    next_sample = [*sample[:5], 99, 98]
+    assert index.match(next_sample) == PrefixEntry(5, prompt_end.slot, prompt_end.ticket)
+
+
+def test_benefit_weighs_an_entry_by_its_whole_length_once_its_prefix_is_gone() -> None:
+    """A margin follows the live entries: with its prefix dropped, an entry is worth its length."""
+    index = PrefixSnapshotIndex(3, eviction="benefit")
+    long = list(range(10, 16))
+    shorter = index.publish(0, long, 4)
+    index.publish(0, long, 6)  # 2 tokens past ``shorter``
+    index.publish(0, [7, 7, 7], 3)
+    assert shorter is not None
+    index.discard(PrefixEntry(4, shorter.slot, shorter.ticket))  # now worth 6, not 2
+    index.publish(0, [8, 8, 8, 8], 4)
+    index.publish(0, [9, 9], 1)  # full: the 3-token entry goes, not the 6-token one
+    assert sorted(e.length for e in index.entries()) == [1, 4, 6]
+    index.check_valid()
 
 
 def test_benefit_remembers_a_prefix_asked_for_again_after_its_eviction() -> None:
@@ -373,15 +397,19 @@ def test_benefit_remembers_a_prefix_asked_for_again_after_its_eviction() -> None
     assert index.match(system) is not None  # plain LRU, or a policy without memory, drops it
 
 
-@pytest.mark.parametrize("eviction", ["lru", "benefit"])
+@pytest.mark.parametrize(("eviction", "kept"), [("lru", [4, 5]), ("benefit", [3, 5])])
 def test_a_plan_of_more_positions_than_slots_keeps_its_longest_not_its_first(
-    eviction: str,
+    eviction: str, kept: list[int]
 ) -> None:
-    """Its own earlier publishes make way (their saves left out), instead of declines."""
+    """Its own earlier publishes make way (their saves left out), instead of declines.
+
+    ``"benefit"`` keeps the pair whose loss would cost most: 3 and 5 (the
+    prompt end minus one, 2 past 3), rather than 4 and 5 (1 past 4).
+    """
     index = PrefixSnapshotIndex(2, eviction=eviction)  # type: ignore[arg-type]
     plan = index.plan_prefill(0, [5, 6, 7, 8, 9, 10], publish_at=[1, 2, 3, 4, 5])
-    assert [save.length for save in plan.saves] == [4, 5]
-    assert [chunk.end for chunk in plan.chunks] == [4, 5, 6]
+    assert [save.length for save in plan.saves] == kept
+    assert [chunk.end for chunk in plan.chunks] == [*kept, 6]
     assert index.stats.declined == 0
     assert index.publish(1, [1, 2, 3], 2) is None  # still pinned by the plan for the rest
     index.release(plan)

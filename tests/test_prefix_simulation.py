@@ -243,6 +243,9 @@ def test_the_report_has_a_text_form_json_and_plot_data() -> None:
         "workload branching",
         "oracle",
         "app/benefit",
+        "app/lru: ",
+        "x the best engine rule (sglang/",
+        "x the oracle",
         "samples: 3",
         "vllm_block_size: 16",
     ):

@@ -128,7 +128,29 @@ class SimulationReport:
                     f"{100 * r.hit_rate:>6.1f} {r.tokens_reused:>12,} {r.evicted:>8,} "
                     f"{r.declined:>8,} {r.mismatches:>8,}"
                 )
+            lines += self._app_against_the_rest(slots)
         return "\n".join(lines)
+
+    def _app_against_the_rest(self, slots: int) -> list[str]:
+        """Per eviction: the app rule's prefill over the best engine rule's, and the oracle's."""
+        results = self.at(slots)
+        engines = [r for r in results if r.rule != "app"]
+        if not engines:
+            return []
+        best = min(engines, key=lambda r: r.prefill_tokens)
+        lines = []
+        for app in (r for r in results if r.rule == "app"):
+            to_best = app.prefill_tokens / best.prefill_tokens if best.prefill_tokens else 1.0
+            to_oracle = (
+                app.prefill_tokens / self.oracle.prefill_tokens
+                if self.oracle.prefill_tokens
+                else 1.0
+            )
+            lines.append(
+                f"{app.label}: {to_best:.2f}x the best engine rule ({best.label}), "
+                f"{to_oracle:.2f}x the oracle"
+            )
+        return lines
 
 
 def _row(r: RuleResult) -> dict[str, object]:

@@ -27,17 +27,15 @@ The rules, which every method cites:
    saves the most tokens, aged the GreedyDual way: an entry's priority is
    the index's level ``L`` at its last use plus its value; the lowest
    priority goes (the least recently used among equals) and ``L`` rises
-   to it. The value is the entry's length times its *uses*: the times its
+   to it. The value is the entry's *margin* times its *uses*. The margin
+   is what evicting it costs a request that would hit it: its length less
+   that of its longest live proper prefix, where that request then hits
+   (its whole length when none is live). The uses are the times its
    prefix was placed (remembered for ``GHOSTS`` x capacity evicted
-   prefixes, by hash: statistics only, never a match) plus the hits it got
-   while *covered* - while a longer live entry extended it, so that the
-   request left that path in between (a system prompt many conversations
-   share). A covered entry counts one use less: whoever continues past it
-   hits the longer one. So a prefix placed once that everything continues
-   past (a conversation's earlier turn, a message end just before the
-   prompt end) is worth nothing and goes first, an entry nothing extends
-   (the end of a conversation so far, which its next turn extends) is
-   worth its length, and a prefix asked for again is worth more.
+   prefixes, by hash: statistics only, never a match) plus its hits. So a
+   message end one token before the prompt end is worth one token per use,
+   the lone copy of a system prompt its whole length per use, and an entry
+   whose shorter neighbour goes is worth more at once.
 8. **Failed saves.** ``discard(entry)`` drops an entry whose save failed
    (``apply_effects(..., prefix_index=)`` calls it), so nothing points at a
    slot that was not written.
@@ -45,6 +43,7 @@ The rules, which every method cites:
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Sequence
 from typing import Final, Literal, final, get_args
 
@@ -72,18 +71,20 @@ class _Live:
     entry: PrefixEntry
     tokens: tuple[int, ...]
     pins: int = 0
-    hits: int = 0
-    #: Placements of this prefix (remembered across evictions) and hits while covered.
+    #: Placements of this prefix (remembered across evictions) and its hits.
     uses: int = 1
     used: int = 0  # the index's clock at the last publish or hit
     base: int = 0  # the index's level at the last publish or hit ("benefit", rule 7)
     #: The longest live entry it extends, and the live entries whose longest such entry it is.
     parent: _Live | None = None
     kids: dict[int, _Live] = attrs.field(factory=dict)  # by slot
+    #: Its eviction order (priority, last use) as last filed in the index's heap.
+    key: tuple[int, int] = (0, 0)
 
     def value(self) -> int:
-        """Tokens it is expected to save (rule 7): covered, per hit so far; else once more."""
-        return self.entry.length * (self.uses - bool(self.kids))
+        """Tokens it is expected to save (rule 7): its margin over its parent, per use."""
+        below = 0 if self.parent is None else self.parent.entry.length
+        return (self.entry.length - below) * self.uses
 
 
 def _capacity(value: int) -> int:
@@ -111,6 +112,10 @@ class PrefixSnapshotIndex:
     _roots: dict[int, _Live] = attrs.field(init=False, factory=dict)  # entries extending none
     #: The uses of recently evicted prefixes, by hash (rule 7): oldest first, GHOSTS x capacity.
     _ghosts: dict[int, int] = attrs.field(init=False, factory=dict)
+    #: (priority, last use, serial, entry): a min-heap; items whose key is not the entry's
+    #: current one (or whose entry is gone) are stale, skipped when met and dropped in bulk.
+    _heap: list[tuple[int, int, int, _Live]] = attrs.field(init=False, factory=list)
+    _serial: int = attrs.field(init=False, default=0)
     _stats: dict[str, int] = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -188,9 +193,8 @@ class PrefixSnapshotIndex:
         else:
             self._stats["hits"] += 1
             self._stats["tokens_reused"] += found.entry.length
+            found.uses += 1
             self._touch(found)
-            found.hits += 1
-            found.uses += bool(found.kids)
             found.pins += 1
             pinned.append(found)
             e = found.entry
@@ -284,6 +288,11 @@ class PrefixSnapshotIndex:
         )
         if held != outstanding or any(live.pins < 0 for live in self._by_slot.values()):
             raise InvariantError(f"{held} pins held, {outstanding} by unreleased plans")
+        filed = {(p, used, id(live)) for p, used, _, live in self._heap}
+        for live in self._by_slot.values():
+            key = self._key(live)
+            if live.key != key or (*key, id(live)) not in filed:
+                raise InvariantError(f"{live.entry} is filed for eviction as {live.key}, not {key}")
 
     # -- placement and eviction ------------------------------------------------------
 
@@ -304,44 +313,67 @@ class PrefixSnapshotIndex:
         slot = self._free.pop()
         live = _Live(PrefixEntry(length, slot, mint_ticket()), tuple(tokens[:length]))
         live.uses += self._ghosts.pop(hash(live.tokens), 0)
-        self._touch(live)
-        self._adopt(live, self._trie.longest(tokens, length - 1))
         self._trie.put(tokens, length, live)
         self._by_slot[slot] = live
+        self._adopt(live, self._trie.longest(tokens, length - 1))
+        self._touch(live)
         self._stats["published"] += 1
         return live
 
     def _adopt(self, live: _Live, parent: _Live | None) -> None:
         """File a new entry under ``parent`` (the longest live entry it extends) in the forest."""
         siblings = self._roots if parent is None else parent.kids
-        start, end, mine = (
-            (0 if parent is None else parent.entry.length),
-            live.entry.length,
-            live.tokens,
-        )
-        for slot, kid in list(siblings.items()):
-            # A sibling that extends the new entry is extended by it now (rule 7's "covered").
-            theirs = kid.tokens
-            if (
-                len(theirs) > end
-                and theirs[end - 1] == mine[-1]
-                and theirs[start:end] == mine[start:]
-            ):
-                del siblings[slot]
-                kid.parent = live
-                live.kids[slot] = kid
+        # The nearest entries below it in the tree were filed under ``parent``: now under it,
+        # their margin shrinks (rule 7).
+        for kid in self._trie.nearest_below(live.tokens, live.entry.length):
+            del siblings[kid.entry.slot]
+            kid.parent = live
+            live.kids[kid.entry.slot] = kid
+            self._file(kid)
         live.parent = parent
         siblings[live.entry.slot] = live
 
     def _victim(self, own: Sequence[_Live]) -> _Live | None:
-        """The unpinned entry the policy evicts (rule 7), or ``None`` when all are pinned."""
+        """The unpinned entry the policy evicts (rule 7), or ``None`` when all are pinned.
+
+        The heap's least current item; pinned entries met on the way are filed back.
+        """
         mine = {id(live) for live in own}
-        free = [live for live in self._by_slot.values() if not live.pins or id(live) in mine]
-        if not free:
-            return None
+        heap, pinned, victim = self._heap, [], None
+        while heap:
+            item = heapq.heappop(heap)
+            live = item[3]
+            if self._by_slot.get(live.entry.slot) is not live or live.key != item[:2]:
+                continue  # stale
+            if live.pins and id(live) not in mine:
+                pinned.append(item)
+                continue
+            victim = live
+            break
+        for item in pinned:
+            heapq.heappush(heap, item)
+        return victim
+
+    def _key(self, live: _Live) -> tuple[int, int]:
+        """Its eviction order (rule 7): ``"lru"`` by last use alone."""
         if self._eviction == "lru":
-            return min(free, key=lambda live: live.used)
-        return min(free, key=lambda live: (live.base + live.value(), live.used))
+            return (0, live.used)
+        return (live.base + live.value(), live.used)
+
+    def _file(self, live: _Live) -> None:
+        """File ``live`` in the heap under its current key, unless it is filed so already."""
+        key = self._key(live)
+        if key == live.key:
+            return
+        live.key = key
+        self._serial += 1
+        heapq.heappush(self._heap, (*key, self._serial, live))
+        if len(self._heap) > 2 * len(self._by_slot) + 64:  # mostly stale: rebuild, amortised
+            self._heap = [
+                (*e.key, n, e) for n, e in enumerate(self._by_slot.values(), self._serial + 1)
+            ]
+            self._serial += len(self._heap)
+            heapq.heapify(self._heap)
 
     def _remember(self, victim: _Live) -> None:
         """Keep an evicted prefix's uses: placed again, it is worth what it was (rule 7)."""
@@ -357,11 +389,12 @@ class PrefixSnapshotIndex:
         parent = live.parent
         siblings = self._roots if parent is None else parent.kids
         del siblings[live.entry.slot]
-        for slot, kid in live.kids.items():
+        live.parent = None
+        for slot, kid in live.kids.items():  # their margin grows (rule 7)
             kid.parent = parent
             siblings[slot] = kid
+            self._file(kid)
         live.kids = {}
-        live.parent = None
         self._trie.remove(live.tokens, live.entry.length)
         del self._by_slot[live.entry.slot]
         self._free.append(live.entry.slot)
@@ -372,6 +405,7 @@ class PrefixSnapshotIndex:
         self._clock += 1
         live.used = self._clock
         live.base = self._level
+        self._file(live)
 
     def _check_forest(self) -> None:
         """Each entry's parent is the longest live entry it extends; kids mirror parents."""

@@ -75,6 +75,23 @@ class Trie(Generic[V]):
             node, depth = child, child.depth
         node.value = value
 
+    def nearest_below(self, tokens: Sequence[int], length: int) -> list[V]:
+        """The values stored below exactly ``tokens[:length]`` with none stored in between.
+
+        Costs one step per such value and per valueless node on the way (each
+        of which branches), never a step per stored prefix elsewhere.
+        """
+        node = self._find(tokens, length)
+        found: list[V] = []
+        stack = [] if node is None else list(node.children.values())
+        while stack:
+            child = stack.pop()
+            if child.value is not None:
+                found.append(child.value)
+            else:
+                stack.extend(child.children.values())
+        return found
+
     def remove(self, tokens: Sequence[int], length: int) -> None:
         """Drop the value at exactly ``tokens[:length]``, and the nodes no longer needed."""
         node = self._find(tokens, length)
