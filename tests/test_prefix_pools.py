@@ -402,3 +402,24 @@ def test_the_exactness_check_bites() -> None:
     assert result.hits > 0
     # Every hit on a chunk's save is wrong; hits on an output's end (saved in place) are not.
     assert result.mismatches > result.hits // 2
+
+
+def test_a_shared_save_whose_entry_was_evicted_before_it_ran_is_left_out() -> None:
+    """Two publishes in one step, the second evicting the first's entry before its save ran:
+    both saves name one shared slot. Given the index, apply_effects leaves the superseded save
+    out (nothing points at it) and copies the live one; without it, the call is refused."""
+    index = PrefixSnapshotIndex(1)
+    pool = FakeSnapshotPool(2, 1, shared_slots=1)
+    pool.live = ["row 0 after 5", "row 1 after 7"]
+    first = index.publish(0, list(range(5)), 5)
+    second = index.publish(1, list(range(10, 17)), 7)
+    assert first is not None
+    assert second is not None
+    assert first.slot == second.slot
+    with pytest.raises(InvalidArgumentError, match="each shared slot at most once"):
+        apply_effects(pool, [first, second], [])
+    outcome = apply_effects(pool, [first, second], [], prefix_index=index)
+    assert outcome.ok
+    assert pool.stored_shared_ticket(second.slot) == second.ticket
+    assert index.match([*range(10, 17), 99]) is not None
+    assert index.match([*range(5), 99]) is None

@@ -76,7 +76,7 @@ HF_TP_MUTANTS: tuple[Mutant, ...] = (
     _s(
         "spec_forward_unprobed",
         SPEC,
-        '    if verifies:\n        check_multi_token_forward("model", model, vocab)\n',
+        '        if verifies:\n            check_multi_token_forward("model", model, vocab)\n',
         "",
     ),
     # -- drafting ------------------------------------------------------------------------------

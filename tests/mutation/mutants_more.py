@@ -361,7 +361,7 @@ MORE_MUTANTS: tuple[Mutant, ...] = (
     _hf(
         "gen_rejected_token_not_banned",
         GENERATION,
-        "                mask[token] = True\n",
+        "                row.refused.setdefault(len(output), []).append((tuple(output), token))\n",
         "",
     ),
     _hf(
@@ -420,7 +420,7 @@ MORE_MUTANTS: tuple[Mutant, ...] = (
     ),
     _hf(
         "pick_greedy_takes_the_least",
-        DECODING,
+        "integrations/_hf/scoring.py",
         "        return int(scores.argmax())\n",
         "        return int(scores.argmin())\n",
     ),

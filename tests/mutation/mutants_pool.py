@@ -54,8 +54,8 @@ POOL_MUTANTS: tuple[Mutant, ...] = (
     _p(
         "runs_names_drop_the_offset",
         RUNS,
-        'return f"effects[{self.first + k}]"',
-        'return f"effects[{k}]"',
+        'return f"effects[{self.first + (k if self.offsets is None else self.offsets[k])}]"',
+        'return f"effects[{(k if self.offsets is None else self.offsets[k])}]"',
     ),
     _p(
         "runs_batch_element_index_unshifted",
@@ -106,22 +106,25 @@ POOL_MUTANTS: tuple[Mutant, ...] = (
         "            if True:\n",
     ),
     _p(
-        "runs_every_restore_its_own_run",
+        "runs_every_effect_its_own_run",
         RUNS,
-        "            if kind is not SsmSnapshotRestore:\n",
+        "            if kind is not type(effect):\n",
         "            if True:\n",
     ),
     _p(
         "runs_save_after_restore_joins_the_old_run",
         RUNS,
-        "                kind, add_save = SsmSnapshotRestore, None\n",
-        "                kind = SsmSnapshotRestore\n",
+        "                kind, add_save = type(effect), None\n",
+        "                kind = type(effect)\n",
     ),
-    _p(
-        "runs_save_after_accept_joins_the_old_run",
-        RUNS,
-        "                kind, add_save = SsmStateAccept, None\n",
-        "                kind = SsmStateAccept\n",
+    mutant(
+        "runs_superseded_shared_saves_kept",
+        "pool/__init__.py",
+        "        runs = _without_superseded(runs, prefix_index)\n",
+        "        pass\n",
+        ("tests/test_prefix_pools.py",),
+        "-k",
+        "evicted_before",
     ),
     _p(
         "runs_batches_not_counted",
@@ -144,7 +147,7 @@ POOL_MUTANTS: tuple[Mutant, ...] = (
     _p(
         "check_runs_pending_not_recorded",
         RUNS,
-        "            if has_restores:\n",
+        "            if track:\n",
         "            if False:\n",
     ),
     _p(

@@ -105,6 +105,8 @@ def apply_effects(
         )
     ring_for = ring_lookup(rings)
     runs = runs_of(effects)
+    if prefix_index is not None:
+        runs = _without_superseded(runs, prefix_index)
     checks: SharedChecks = PoolTagsView(pool) if tagged is None else tagged._slot_tags()
     if any(run.accepts for run in runs):
         verify_buffers(pool, "SsmStateAccept effects")
@@ -151,6 +153,28 @@ def apply_effects(
         else:
             verify_buffers(pool, "SsmStateAccept effects").accept(run.accepts)
     return SaveOutcome(tuple(failed), tuple(failed_shared))
+
+
+def _without_superseded(runs: list[Run], index: PrefixSnapshotIndex) -> list[Run]:
+    """The runs without the shared saves whose entry ``index`` no longer holds.
+
+    An entry can be evicted, its slot given to another prefix, between the
+    call that placed it and the step that applies its save (a later publish
+    in the same step, say). Its save would then write a slot another entry
+    owns - and, beside that entry's own save, name the slot twice in one
+    call. Nothing points at it any more, so it is left out, as a failed save
+    would be discarded.
+    """
+    live: dict[int, int] | None = None
+    for run in runs:
+        if not run.shared_saves:
+            continue
+        if live is None:
+            live = {entry.slot: entry.ticket for entry in index.entries()}
+        kept = [k for k, s in enumerate(run.shared_saves) if live.get(s.slot) == s.ticket]
+        if len(kept) != len(run.shared_saves):
+            run.keep_shared_saves(kept)
+    return [run for run in runs if not run.empty()]
 
 
 def _shared_pool(pool: SnapshotPool, runs: list[Run]) -> SharedSnapshotPool | None:

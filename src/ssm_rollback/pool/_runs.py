@@ -15,7 +15,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import accumulate
-from typing import cast
+from typing import Final, cast
 
 import attrs
 
@@ -60,14 +60,26 @@ class Run:
     shared_restores: list[SsmPrefixRestore] = attrs.field(factory=list)
     #: How many of ``saves`` are whole ``SaveBatch`` es (counted as they come, not rescanned).
     batches: int = 0
+    #: Where each element stands in the run as given, once some were left out (``keep``).
+    offsets: list[int] | None = None
 
     def names(self) -> Names:
         """Row ``k`` of the run as ``effects[i]``, or ``effects[i][j]`` inside a ``SaveBatch``."""
         return Names("effects", "run of one kind", self._element)
 
+    def keep_shared_saves(self, kept: list[int]) -> None:
+        """Keep only the shared saves at ``kept``; each keeps its name (``effects[i]``)."""
+        self.shared_saves = [self.shared_saves[k] for k in kept]
+        self.offsets = kept
+
+    def empty(self) -> bool:
+        """Whether nothing is left in the run."""
+        lists = (self.saves, self.restores, self.accepts, self.shared_saves, self.shared_restores)
+        return not any(lists)
+
     def _element(self, k: int) -> str:
         if not self.saves:
-            return f"effects[{self.first + k}]"
+            return f"effects[{self.first + (k if self.offsets is None else self.offsets[k])}]"
         starts = [0, *accumulate(len(p) if isinstance(p, SaveBatch) else 1 for p in self.saves)]
         piece = bisect_right(starts, k) - 1
         if isinstance(self.saves[piece], SaveBatch):
@@ -134,6 +146,15 @@ class Run:
         return SaveBatch._trusted(rows, slots, positions, tickets, sources)
 
 
+#: The run list each kind of effect other than a save goes to (saves: see ``runs_of``).
+_RUN_LISTS: Final[dict[type, str]] = {
+    SsmSnapshotRestore: "restores",
+    SsmStateAccept: "accepts",
+    SsmPrefixSave: "shared_saves",
+    SsmPrefixRestore: "shared_restores",
+}
+
+
 def runs_of(effects: Iterable[Effect]) -> list[Run]:
     """``effects`` split into runs of one kind: the calls the pool receives."""
     if isinstance(effects, str | bytes | Mapping) or not isinstance(effects, Iterable):
@@ -156,26 +177,11 @@ def runs_of(effects: Iterable[Effect]) -> list[Run]:
             runs[-1].saves.append(effect)
             if isinstance(effect, SaveBatch):
                 runs[-1].batches += 1
-        elif isinstance(effect, SsmSnapshotRestore):
-            if kind is not SsmSnapshotRestore:
+        elif (field := _RUN_LISTS.get(type(effect))) is not None:
+            if kind is not type(effect):
                 runs.append(Run(i))
-                kind, add_save = SsmSnapshotRestore, None
-            runs[-1].restores.append(effect)
-        elif isinstance(effect, SsmStateAccept):
-            if kind is not SsmStateAccept:
-                runs.append(Run(i))
-                kind, add_save = SsmStateAccept, None
-            runs[-1].accepts.append(effect)
-        elif isinstance(effect, SsmPrefixSave):
-            if kind is not SsmPrefixSave:
-                runs.append(Run(i))
-                kind, add_save = SsmPrefixSave, None
-            runs[-1].shared_saves.append(effect)
-        elif isinstance(effect, SsmPrefixRestore):
-            if kind is not SsmPrefixRestore:
-                runs.append(Run(i))
-                kind, add_save = SsmPrefixRestore, None
-            runs[-1].shared_restores.append(effect)
+                kind, add_save = type(effect), None
+            getattr(runs[-1], field).append(effect)
         else:
             raise InvalidArgumentTypeError(
                 f"'effects[{i}]' must be an SsmSnapshotSave, SaveBatch, SsmSnapshotRestore, "
