@@ -28,6 +28,7 @@ from ssm_rollback import (
     commit_verified_batch,
     snapshot_boundaries,
 )
+from ssm_rollback._errors import InvalidArgumentTypeError
 from ssm_rollback.backends.fake import FakeSnapshotPool
 
 
@@ -261,3 +262,59 @@ def test_a_save_applied_twice_in_one_call_is_refused_before_any_copy() -> None:
         apply_effects(pool, [save, SaveBatch([], [], [], []), SsmStateAccept(0, 0), save], [ring])
     assert pool.save_calls == 0
     assert pool.stored_ticket(0, entry.snapshot_slot) is None
+
+
+class _RingOnly:
+    """A third-party pool with the ``SnapshotPool`` protocol only: no verify buffers."""
+
+    def __init__(self, inner: FakeSnapshotPool) -> None:
+        self.inner = inner
+        self.num_sequences = inner.num_sequences
+        self.slots_per_sequence = inner.slots_per_sequence
+        self.save = inner.save
+        self.restore = inner.restore
+        self.stored_position = inner.stored_position
+        self.stored_ticket = inner.stored_ticket
+
+
+def test_accepts_for_a_pool_without_verify_buffers_are_refused_before_any_copy() -> None:
+    inner, ring = FakeSnapshotPool(1, 2), SsmDecodeRing(2)
+    ring.record(3)
+    entry = ring.entry_for(3)
+    assert entry is not None
+    save = SsmSnapshotSave(0, entry.snapshot_slot, 3, entry.ticket)
+    with pytest.raises(InvalidArgumentTypeError, match="must be a VerifyBufferPool"):
+        apply_effects(_RingOnly(inner), [save, SsmStateAccept(0, 0)], [ring])
+    assert inner.save_calls == 0
+
+
+def test_a_rings_mapping_without_a_saved_row_is_refused_naming_it() -> None:
+    pool, ring = FakeSnapshotPool(2, 2), SsmDecodeRing(2)
+    ring.record(3)
+    entry = ring.entry_for(3)
+    assert entry is not None
+    save = SsmSnapshotSave(1, entry.snapshot_slot, 3, entry.ticket)
+    with pytest.raises(InvalidArgumentError, match="every saved row, got none for seq 1"):
+        apply_effects(pool, [save], {0: ring})
+    assert pool.save_calls == 0
+
+
+def test_bad_accept_batches_are_refused_naming_them() -> None:
+    pool = FakeSnapshotPool(2, 1)
+    pool.intermediate = [["a", "b"], ["c", "d"]]
+    with pytest.raises(InvalidArgumentError, match="num_sequences 2, got 2"):
+        pool.accept([SsmStateAccept(2, 0)])
+    with pytest.raises(InvalidArgumentError, match="each row's state at most once"):
+        pool.accept([SsmStateAccept(0, 0), SsmStateAccept(0, 1)])
+    assert pool.live == [None, None]
+
+
+@pytest.mark.parametrize("seq", [2, True, -1])
+def test_intermediate_count_refuses_a_row_outside_the_pool(seq: object) -> None:
+    with pytest.raises(InvalidArgumentError, match="'seq' must be an int in"):
+        FakeSnapshotPool(2, 1).intermediate_count(seq)  # type: ignore[arg-type]
+
+
+def test_a_fault_predicate_that_is_not_callable_is_refused() -> None:
+    with pytest.raises(InvalidArgumentTypeError, match="'predicate' must be a callable"):
+        FakeSnapshotPool(1, 1).fail_when(3)  # type: ignore[arg-type]

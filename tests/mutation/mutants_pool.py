@@ -43,6 +43,11 @@ POOL_MUTANTS: tuple[Mutant, ...] = (
         POOL,
         '    if any(run.accepts for run in runs):\n        verify_buffers(pool, "SsmStateAccept effects")\n',
         "",
+        equivalent=(
+            "check_runs asks staged('SsmStateAccept effects') for every accept run before any "
+            "copy, and for a pool without verify buffers that is verify_buffers(), which raises "
+            "the same error"
+        ),
     ),
     _p(
         "apply_own_pools_take_the_protocol_path",
