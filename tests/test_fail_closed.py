@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from ssm_rollback import (
+    Effect,
     InvalidArgumentError,
     OutOfOrderError,
     SaveBatch,
@@ -318,3 +319,77 @@ def test_intermediate_count_refuses_a_row_outside_the_pool(seq: object) -> None:
 def test_a_fault_predicate_that_is_not_callable_is_refused() -> None:
     with pytest.raises(InvalidArgumentTypeError, match="'predicate' must be a callable"):
         FakeSnapshotPool(1, 1).fail_when(3)  # type: ignore[arg-type]
+
+
+def test_an_unticketed_accept_leaves_the_rows_last_ticket_standing() -> None:
+    """A hand-built accept (no ticket) is taken after a ticketed one, and an older step's
+    ticketed accept is still refused after it: the row's last ticket is not forgotten."""
+    pool, ring = FakeSnapshotPool(1, 2), SsmDecodeRing(2)
+    old = _verified_step(pool, ring, first=5)
+    new = _verified_step(pool, ring, first=8)
+    apply_effects(pool, new.effects, [ring])
+    pool.accept([SsmStateAccept(0, 0)])
+    assert pool.live == ["after 8"]
+    with pytest.raises(StaleSnapshotError, match="an older step's"):
+        apply_effects(pool, old.effects[:1], [ring])
+    assert pool.live == ["after 8"]
+
+
+def _mixed_step(ring: SsmDecodeRing) -> list[Effect]:
+    """One save run of a single save (row 1, slot 1, from intermediate state 1) and a
+    SaveBatch (row 0): the run has no single value, so its saves are rebuilt from columns."""
+    ring.record(3)
+    ring.record(4)
+    entry = ring.entry_for(4)
+    assert entry is not None
+    assert entry.snapshot_slot == 1
+    single = SsmSnapshotSave(1, 1, 4, entry.ticket, source=1)
+    batch = SaveBatch([0], [1], [4], [entry.ticket + 1])
+    return [single, batch]
+
+
+def test_a_mixed_save_run_reports_its_failed_saves_as_given() -> None:
+    pool, rings = FakeSnapshotPool(2, 2), [SsmDecodeRing(2), SsmDecodeRing(2)]
+    pool.intermediate[1] = ["x", "y"]
+    step = _mixed_step(rings[1])
+    pool.fail_when(lambda save: save.seq == 1)
+    outcome = apply_effects(pool, step, rings)
+    assert outcome.failed == (step[0],)
+
+
+def test_a_mixed_save_run_copies_a_single_saves_intermediate_source() -> None:
+    pool, rings = FakeSnapshotPool(2, 2), [SsmDecodeRing(2), SsmDecodeRing(2)]
+    pool.intermediate[1] = ["x", "y"]
+    pool.live = ["row 0", "row 1 live"]
+    apply_effects(pool, _mixed_step(rings[1]), rings)
+    pool.restore([SsmSnapshotRestore(1, 1, 4, rings[1].entries[-1].ticket)])
+    assert pool.live == ["row 0", "y"]
+
+
+def test_a_protocol_only_pool_gets_a_mixed_runs_slots_as_slots() -> None:
+    inner, rings = FakeSnapshotPool(2, 2), [SsmDecodeRing(2), SsmDecodeRing(2)]
+    inner.intermediate[1] = ["x", "y"]
+    step = _mixed_step(rings[1])
+    single = step[0]
+    assert isinstance(single, SsmSnapshotSave)
+    with pytest.raises(InvalidArgumentTypeError, match="VerifyBufferPool"):
+        apply_effects(_RingOnly(inner), step, rings)  # an intermediate source needs buffers
+    live_only = [SsmSnapshotSave(1, 1, 4, single.ticket), step[1]]
+    apply_effects(_RingOnly(inner), live_only, rings)
+    assert inner.stored_ticket(1, 1) == single.ticket
+    assert inner.stored_ticket(0, 1) == single.ticket + 1
+
+
+def test_a_mixed_save_run_copies_a_save_batchs_intermediate_sources() -> None:
+    pool, rings = FakeSnapshotPool(2, 2), [SsmDecodeRing(2), SsmDecodeRing(2)]
+    pool.intermediate = [["a0", "a1"], ["b0", "b1"]]
+    single, _ = _mixed_step(rings[1])
+    assert isinstance(single, SsmSnapshotSave)
+    rings[0].record(4)
+    rings[0].record(5)
+    entry = rings[0].entry_for(5)
+    assert entry is not None
+    batch = SaveBatch([0], [entry.snapshot_slot], [5], [entry.ticket], sources=[1])
+    apply_effects(pool, [single, batch], rings)
+    pool.restore([SsmSnapshotRestore(0, entry.snapshot_slot, 5, entry.ticket)])
+    assert pool.live[0] == "a1"
