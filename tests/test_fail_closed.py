@@ -393,3 +393,38 @@ def test_a_mixed_save_run_copies_a_save_batchs_intermediate_sources() -> None:
     apply_effects(pool, [single, batch], rings)
     pool.restore([SsmSnapshotRestore(0, entry.snapshot_slot, 5, entry.ticket)])
     assert pool.live[0] == "a1"
+
+
+def test_a_protocol_only_pool_restores_what_it_saved_through_apply_effects() -> None:
+    """Its batch rules read the positions and tickets the pool reports: a good restore passes."""
+    inner, ring = FakeSnapshotPool(1, 2), SsmDecodeRing(2)
+    ring.record(3)
+    entry = ring.entry_for(3)
+    assert entry is not None
+    inner.live = ["after 3"]
+    save = SsmSnapshotSave(0, entry.snapshot_slot, 3, entry.ticket)
+    apply_effects(_RingOnly(inner), [save], [ring])
+    inner.live = ["after 9"]
+    restore = SsmSnapshotRestore(0, entry.snapshot_slot, 3, entry.ticket)
+    apply_effects(_RingOnly(inner), [restore], [ring])
+    assert inner.live == ["after 3"]
+
+
+def test_a_save_batch_mixing_live_and_intermediate_sources_copies_both() -> None:
+    pool, ring = FakeSnapshotPool(2, 2), SsmDecodeRing(2)
+    rings = [ring, SsmDecodeRing(2)]
+    pool.live = ["row 0 live", "row 1 live"]
+    pool.intermediate[1] = ["b0", "b1"]
+    ring.record(4)
+    rings[1].record(6)
+    e0, e1 = ring.entry_for(4), rings[1].entry_for(6)
+    assert e0 is not None
+    assert e1 is not None
+    batch = SaveBatch(
+        [0, 1], [e0.snapshot_slot, e1.snapshot_slot], [4, 6], [e0.ticket, e1.ticket], [-1, 1]
+    )
+    apply_effects(pool, [batch], rings)
+    pool.live = [None, None]
+    pool.restore([SsmSnapshotRestore(0, e0.snapshot_slot, 4, e0.ticket)])
+    pool.restore([SsmSnapshotRestore(1, e1.snapshot_slot, 6, e1.ticket)])
+    assert pool.live == ["row 0 live", "b1"]

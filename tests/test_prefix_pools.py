@@ -423,3 +423,25 @@ def test_a_shared_save_whose_entry_was_evicted_before_it_ran_is_left_out() -> No
     assert pool.stored_shared_ticket(second.slot) == second.ticket
     assert index.match([*range(10, 17), 99]) is not None
     assert index.match([*range(5), 99]) is None
+
+
+def test_several_rows_restore_one_shared_slot_in_one_call() -> None:
+    """Sharing a prefix is several rows reading one shared slot: restores are not writes."""
+    index = PrefixSnapshotIndex(1)
+    pool = FakeSnapshotPool(3, 1, shared_slots=1)
+    pool.live = ["after the system prompt", None, None]
+    prompt = list(range(8))
+    save = index.publish(0, prompt, 8)
+    assert save is not None
+    apply_effects(pool, [save], [], prefix_index=index)
+    restores = [SsmPrefixRestore(seq, save.slot, 8, save.ticket) for seq in (1, 2)]
+    apply_effects(pool, restores, [], prefix_index=index)
+    assert pool.live == ["after the system prompt"] * 3
+
+
+def test_a_bad_shared_restore_batch_is_named_for_what_is_wrong_not_for_sharing() -> None:
+    """Two rows reading one shared slot are fine; the error names the row out of range."""
+    pool = FakeSnapshotPool(3, 1, shared_slots=1)
+    restores = [SsmPrefixRestore(seq, 0, 8, 1) for seq in (1, 2, 7)]
+    with pytest.raises(InvalidArgumentError, match=r"'restores\[2\]\.seq' must be < the pool"):
+        pool.restore_shared(restores)
