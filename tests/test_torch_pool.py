@@ -687,3 +687,21 @@ def test_a_moved_live_tensor_refuses_shared_copies() -> None:
     with pytest.raises(InvalidArgumentError, match="'live_states\\[0\\]' must still be"):
         pool.save_shared([SsmPrefixSave(1, 1, 1, 2)])
     assert pool.stored_shared_ticket(1) is None
+
+
+def test_an_accept_into_memory_the_pool_no_longer_owns_is_refused() -> None:
+    live = torch.zeros(2, 3)
+    staged = torch.arange(2 * 2 * 3, dtype=torch.float32).reshape(2, 2, 3)
+    pool = TorchSnapshotPool([live], 1, intermediate_states=[staged])
+    _repoint_data(live)
+    with pytest.raises(InvalidArgumentError, match=r"'live_states\[0\]' must still be the memory"):
+        pool.accept([SsmStateAccept(0, 1)])
+    assert torch.equal(live, torch.zeros(2, 3))
+
+
+def test_empty_batches_copy_nothing_and_raise_nothing() -> None:
+    pool = TorchSnapshotPool([torch.ones(2, 3)], 1, intermediate_states=[torch.ones(2, 2, 3)])
+    pool.restore([])
+    pool.accept([])
+    assert pool.save([]).ok
+    assert torch.equal(pool.live_states[0], torch.ones(2, 3))

@@ -426,11 +426,13 @@ POOL_MUTANTS: tuple[Mutant, ...] = (
         "source = None if sources is None or sources[k] == LIVE else sources[k]",
         "source = None",
     ),
-    _p(
+    mutant(
         "base_empty_restore_copied",
         BASE,
         "        if checked.rows:\n            self._copy_restores",
         "        if True:\n            self._copy_restores",
+        OWNED_TESTS,
+        *OWNED_SELECT,
     ),
     _p(
         "base_intermediate_count_row_bound_inclusive",
