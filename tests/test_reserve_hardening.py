@@ -644,3 +644,32 @@ def test_hostile_config_files_raise_only_library_errors(
     path = tmp_path_factory.mktemp("config") / "config.json"
     path.write_text(json.dumps({**config_of(name), **changes}), encoding="utf-8")
     check_sizes_or_refuses(path)
+
+
+@pytest.mark.parametrize("kind", ["dev_zero", "fifo", "too_large"])
+def test_a_config_path_that_is_no_regular_file_is_refused_before_reading(
+    kind: str, tmp_path: Path
+) -> None:
+    """The library's own path reader read /dev/zero or a FIFO without end (the CLI already
+    refused them); now it looks at the path first."""
+    import os
+
+    from ssm_rollback.reserve import _fields
+
+    if kind == "dev_zero":
+        path = Path("/dev/zero")
+        if not path.exists():
+            pytest.skip("no /dev/zero here")
+        message = "must be a regular file"
+    elif kind == "fifo":
+        if not hasattr(os, "mkfifo"):
+            pytest.skip("no FIFOs here")
+        path = tmp_path / "config.json"
+        os.mkfifo(path)
+        message = "must be a regular file"
+    else:
+        path = tmp_path / "config.json"
+        path.write_bytes(b" " * (_fields.MAX_CONFIG_BYTES + 1))
+        message = "must be at most"
+    with pytest.raises(InvalidArgumentError, match=message):
+        state_spec_from_hf_config(path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
@@ -33,6 +34,10 @@ def check_positive(name: str, value: object) -> int:
     return int(value)
 
 
+#: A config.json is a few KiB; the CLI's flags read at most as much.
+MAX_CONFIG_BYTES: Final = 16 * 2**20
+
+
 def load(config: Mapping[str, object] | str | os.PathLike[str]) -> Mapping[str, object]:
     """The config as a mapping: ``config`` itself, or the JSON object in that file or folder."""
     if isinstance(config, Mapping):
@@ -47,11 +52,21 @@ def load(config: Mapping[str, object] | str | os.PathLike[str]) -> Mapping[str, 
     if path.is_dir():
         path = path / "config.json"
     try:
-        raw = path.read_bytes()
+        # A FIFO or a device such as /dev/zero would be read without end: look first.
+        status = path.stat()
+        regular = stat.S_ISREG(status.st_mode) and status.st_size <= MAX_CONFIG_BYTES
+        raw = path.read_bytes() if regular else b""
     except (OSError, ValueError) as error:  # ValueError: a NUL byte in the path
         raise InvalidArgumentError(
             f"'config' must be a readable file, got {path}: {error}"
         ) from None
+    if not stat.S_ISREG(status.st_mode):
+        raise InvalidArgumentError(f"'config' must be a regular file (a config.json), got {path}")
+    if not regular:
+        raise InvalidArgumentError(
+            f"'config' must be at most {MAX_CONFIG_BYTES:,} bytes, got {path} of "
+            f"{status.st_size:,} bytes"
+        )
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
