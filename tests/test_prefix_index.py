@@ -414,3 +414,22 @@ def test_a_plan_of_more_positions_than_slots_keeps_its_longest_not_its_first(
     assert index.publish(1, [1, 2, 3], 2) is None  # still pinned by the plan for the rest
     index.release(plan)
     index.check_valid()
+
+
+def test_a_publish_of_length_0_is_refused_naming_it() -> None:
+    index = PrefixSnapshotIndex(2)
+    with pytest.raises(InvalidArgumentError, match=r"'length' must be in \[1, len\(tokens\) 3\]"):
+        index.publish(0, [1, 2, 3], 0)
+    assert index.entries() == ()
+
+
+def test_a_plan_asked_to_publish_at_its_hit_saves_nothing_there() -> None:
+    index = PrefixSnapshotIndex(4)
+    first = index.publish(0, list(range(8)), 8)
+    assert first is not None
+    plan = index.plan_prefill(1, [*range(8), 50, 51, 52, 53], publish_at=[8, 10])
+    assert plan.hit is not None
+    assert plan.hit.entry.length == 8
+    assert [s.length for s in plan.saves] == [10]
+    index.release(plan)
+    index.check_valid()

@@ -123,12 +123,21 @@ PREFIX_MUTANTS: tuple[Mutant, ...] = (
         INDEX,
         "if position <= start or position == 0:",
         "if position < start or position == 0:",
+        equivalent=(
+            "the position equal to start is the hit's length, and the hit is live: the live "
+            "check right after skips it the same way"
+        ),
     ),
     _x(
         "index_live_prefix_placed_again",
         INDEX,
         "            if live is not None:\n                self._touch(live)\n                continue\n",
         "",
+        equivalent=(
+            "a live prefix longer than the hit would have been the hit (match takes the longest "
+            "live one), and those at or below it are skipped just before; the plan places each "
+            "position once"
+        ),
     ),
     _x("index_placed_not_pinned", INDEX, "            placed.pins += 1\n", ""),
     _x(
