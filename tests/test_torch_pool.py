@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from functools import partial
 from typing import NamedTuple
@@ -420,8 +421,10 @@ def test_cuda_save_and_restore_never_synchronise_with_the_host() -> None:
     states = make_states(Case("cuda", torch.bfloat16, 0), 256)
     pool = TorchSnapshotPool(states, 2)
     torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
     try:
+        with warnings.catch_warnings():  # torch warns that the mode is a prototype
+            warnings.simplefilter("ignore", UserWarning)
+            torch.cuda.set_sync_debug_mode("error")
         pool.save([SsmSnapshotSave(s, s % 2, 9, 9) for s in range(0, 256, 3)])
         pool.restore([SsmSnapshotRestore(s, s % 2, 9, 9) for s in range(0, 256, 6)])
     finally:
