@@ -10,9 +10,18 @@ DRAFTING = "integrations/_hf/drafting.py"
 AGREEMENT = "_tp/agreement.py"
 
 GAPS = "tests/test_mutation_gaps.py"
-# The decoders' tests build tiny models: a narrow selection of the speculative ones.
-SPEC_TESTS = (GAPS, "tests/test_generation.py", "tests/test_hf_fail_closed.py")
-SPEC_SELECT = ("-k", "eos or boundary_snapshots or refuses_a_batch or draft or padded")
+# Every test of the decoders (about 40 s in one process): a narrower selection let
+# mutants that break every greedy decode survive.
+HF_DECODER_TESTS = (
+    GAPS,
+    "tests/test_generation.py",
+    "tests/test_hf_fail_closed.py",
+    "tests/test_hf_contract.py",
+    "tests/test_hf_generate_contract.py",
+    "tests/test_prefix_cache.py",
+)
+SPEC_TESTS = HF_DECODER_TESTS
+SPEC_SELECT: tuple[str, ...] = ()
 # The multi-rank fault runs take minutes: the scheduler's answer is tested in one process.
 AGREEMENT_TESTS = (GAPS,)
 AGREEMENT_SELECT = ("-k", "retire")

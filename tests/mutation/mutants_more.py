@@ -8,6 +8,7 @@ the torch copier and the depth policy."""
 from __future__ import annotations
 
 from mutant_base import Mutant, mutant
+from mutants_hf_tp import HF_DECODER_TESTS
 
 GAPS = "tests/test_mutation_gaps.py"
 
@@ -56,12 +57,10 @@ def _gs(name: str, original: str, replacement: str, **kw: str) -> Mutant:
 GENERATION = "integrations/_hf/generation.py"
 STREAM = "integrations/_hf/stream.py"
 DECODING = "integrations/_hf/decoding.py"
-HF_GEN_TESTS = ("tests/test_generation.py", "tests/test_hf_fail_closed.py", GAPS)
-HF_GEN_SELECT = (
-    "-k",
-    "(fresh_decodes_after_every_rollback and (bamba or zamba2)) or roll_back_on_their_own "
-    "or refuses_everything or max_rollbacks_zero or snapshot_holds",
-)
+ARGS = "integrations/_hf/arguments.py"
+CHAT = "integrations/_hf/chat.py"
+HF_GEN_TESTS = HF_DECODER_TESTS  # every test of the decoders, as for the speculative loop
+HF_GEN_SELECT: tuple[str, ...] = ()
 
 
 def _hf(name: str, module: str, original: str, replacement: str, **kw: str) -> Mutant:
@@ -417,6 +416,54 @@ MORE_MUTANTS: tuple[Mutant, ...] = (
         STREAM,
         "out.logits[0, len(tokens) - len(ids) :, : self._vocab]",
         "out.logits[0, :, : self._vocab]",
+    ),
+    _hf(
+        "args_token_upper_bound_inclusive",
+        ARGS,
+        "    if not 0 <= token < vocab:\n",
+        "    if not 0 <= token <= vocab:\n",
+    ),
+    _hf(
+        "args_token_negative_ok",
+        ARGS,
+        "    if not 0 <= token < vocab:\n",
+        "    if not token < vocab:\n",
+    ),
+    _hf(
+        "args_bool_ids_ok",
+        ARGS,
+        "    if isinstance(value, bool) or (isinstance(value, torch.Tensor) and value.dtype == torch.bool):",
+        "    if isinstance(value, torch.Tensor) and value.dtype == torch.bool:",
+    ),
+    _hf(
+        "args_ban_mask_shape_unchecked",
+        ARGS,
+        "        if ban.shape != (vocab,):\n",
+        "        if False:\n",
+    ),
+    _hf(
+        "args_predicate_any_truthy_answer",
+        ARGS,
+        "        if isinstance(answer, bool):\n            return answer\n",
+        "        if answer is not None:\n            return bool(answer)  # type: ignore[call-overload]\n",
+    ),
+    _hf(
+        "args_generator_device_unchecked",
+        ARGS,
+        "    if generator.device.type != device.type:\n",
+        "    if False:\n",
+    ),
+    _hf(
+        "chat_boundary_not_a_prefix_kept",
+        CHAT,
+        "        if whole[:end] == part and (not ends or end > ends[-1]):\n",
+        "        if not ends or end > ends[-1]:\n",
+    ),
+    _hf(
+        "chat_repeated_boundary_kept",
+        CHAT,
+        "        if whole[:end] == part and (not ends or end > ends[-1]):\n",
+        "        if whole[:end] == part:\n",
     ),
     _hf(
         "pick_greedy_takes_the_least",
