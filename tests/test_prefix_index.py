@@ -63,6 +63,11 @@ class ReferenceIndex:
         e.used = self.clock
         e.base = self.level
 
+    def _extended(self, e: _Ref) -> bool:
+        """Whether a live entry extends ``e``."""
+        n = len(e.tokens)
+        return any(len(o.tokens) > n and o.tokens[:n] == e.tokens for o in self.entries)
+
     def margin(self, e: _Ref) -> int:
         """Its length less that of its longest live proper prefix (0 when none)."""
         n = len(e.tokens)
@@ -97,7 +102,7 @@ class ReferenceIndex:
             self.stats["evicted"] += 1
         slot = min(set(range(self.capacity)) - {e.slot for e in self.entries})
         e = _Ref(tuple(tokens[:length]), slot)
-        e.uses += self.ghosts.pop(hash(e.tokens), 0)
+        e.uses = self.ghosts.pop(hash(e.tokens), 1)
         self._touch(e)
         self.entries.append(e)
         self.stats["published"] += 1
@@ -113,8 +118,10 @@ class ReferenceIndex:
         else:
             self.stats["hits"] += 1
             self.stats["tokens_reused"] += len(hit.tokens)
+            frontier = not self._extended(hit)
+            last_use = (hit.used, hit.base)
             self._touch(hit)
-            hit.uses += 1
+            hit.uses += not frontier  # a use only where the request branches off (rule 7)
             hit.pins += 1
             pinned.append(hit)
         start = 0 if hit is None else len(hit.tokens)
@@ -131,6 +138,8 @@ class ReferenceIndex:
             if placed is not None:
                 placed.pins += 1
                 own.append(placed)
+        if hit is not None and frontier and self._extended(hit) and self.eviction == "benefit":
+            hit.used, hit.base = last_use  # passed through: the traffic moved on
         for e in own:
             if any(e is o for o in self.entries):
                 pinned.append(e)
@@ -383,18 +392,66 @@ def test_benefit_weighs_an_entry_by_its_whole_length_once_its_prefix_is_gone() -
     index.check_valid()
 
 
-def test_benefit_remembers_a_prefix_asked_for_again_after_its_eviction() -> None:
-    """A prefix placed again (a system prompt) outlives prefixes placed once."""
-    index = PrefixSnapshotIndex(2, eviction="benefit")
-    system = [1, 2, 3, 4, 5]
-    index.publish(0, system, 3)
-    for junk in (9, 8, 7):
-        index.publish(0, [junk] * 4, 2)
-    assert index.match(system) is None  # evicted
-    index.publish(0, system, 3)  # asked for again: worth twice its length now
-    for junk in (6, 5):
-        index.publish(0, [junk] * 4, 2)
-    assert index.match(system) is not None  # plain LRU, or a policy without memory, drops it
+def test_benefit_remembers_the_branches_of_a_prefix_placed_again_after_its_eviction() -> None:
+    """A system prompt that sessions branched off outlives, placed again, a prefix placed once."""
+    for branches, kept in ((2, True), (0, False)):
+        index = PrefixSnapshotIndex(2, eviction="benefit")
+        system = [1, 2, 3, 4]
+        index.publish(0, [*system, 40, 41], 4)
+        index.publish(0, [*system, 40, 41], 5)  # a session goes on past the system prompt
+        for user in range(50, 50 + 10 * branches, 10):  # other sessions branch off it
+            plan = index.plan_prefill(0, [*system, user, user + 1], publish_at=[])
+            assert plan.hit is not None
+            assert plan.hit.entry.length == 4
+            index.release(plan)
+        for junk in (9, 8, 7):
+            index.publish(0, [junk] * 12, 11)
+        assert index.match([*system, 1]) is None  # evicted
+        index.publish(0, [*system, 70], 4)  # placed again: worth what its branches made it
+        for junk in (6, 5):
+            index.publish(0, [junk] * 3, 2)
+        assert (index.match([*system, 1]) is not None) is kept, branches
+        index.check_valid()
+
+
+def test_benefit_lets_the_next_turn_pass_through_the_answer_it_extends() -> None:
+    """A hit on a frontier whose plan places a longer entry on its path keeps its age.
+
+    The conversation's traffic moved on to the new entry: the old answer end is
+    evicted before an entry of equal value used after it, where counting the
+    hit as a use (or as recent) would keep the stale answer end instead.
+    """
+    index = PrefixSnapshotIndex(3, eviction="benefit")
+    turn = [1, 2, 3, 4, 5]
+    answer = index.publish(0, turn, 4)
+    other = index.publish(0, [20, 21, 22, 23, 24], 4)  # as valuable, used later
+    assert answer is not None
+    assert other is not None
+    plan = index.plan_prefill(0, [*turn, 6, 7, 8, 9, 10, 11], publish_at=[10])
+    assert plan.hit is not None
+    assert plan.hit.entry.length == 4
+    index.release(plan)
+    index.publish(0, [30, 31, 32, 33, 34], 4)  # full: the passed-through answer end goes
+    assert sorted(e.length for e in index.entries()) == [4, 4, 10]
+    assert index.match([*turn, 99]) is None
+    assert index.match([20, 21, 22, 23, 24, 99]) is not None
+    index.check_valid()
+
+
+def test_benefit_counts_a_hit_at_a_branch_as_a_use() -> None:
+    """A regenerated answer hits the prompt end that an earlier answer extends: a use."""
+    index = PrefixSnapshotIndex(3, eviction="benefit")
+    prompt = [1, 2, 3, 4, 5]
+    index.publish(0, [*prompt, 6, 7], 4)  # the prompt end minus one
+    index.publish(0, [*prompt, 6, 7], 6)  # the first answer's end extends it
+    index.publish(0, [20, 21, 22, 23, 24], 4)  # as valuable, used later
+    plan = index.plan_prefill(0, [*prompt, 8, 9], publish_at=[])  # a regeneration branches
+    index.release(plan)
+    index.publish(0, [30, 31, 32, 33, 34, 35, 36], 6)  # full: the lone 2-token margin goes
+    index.publish(0, [40, 41, 42, 43, 44], 4)  # full again: the entry hit at a branch stays
+    assert index.match([*prompt, 99]) is not None
+    assert index.match([20, 21, 22, 23, 24, 99]) is None
+    index.check_valid()
 
 
 @pytest.mark.parametrize(("eviction", "kept"), [("lru", [4, 5]), ("benefit", [3, 5])])

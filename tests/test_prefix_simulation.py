@@ -92,6 +92,20 @@ def test_prompts_are_chat_templated_messages(workload: str) -> None:
         assert len(request.output) >= 2
 
 
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_branch_points_are_the_shared_messages_and_the_history_before_the_newest(
+    workload: str,
+) -> None:
+    """The application's placement: where other sessions start, and where an edit diverges."""
+    for request in generate(small(workload, 300)):
+        ends, points = request.message_ends(), request.branch_points()
+        tokens = request.tokens()
+        shared = {end for i, end in enumerate(ends) if tokens[(ends[i - 1] if i else 0) + 1] == 4}
+        assert set(points) == shared | ({ends[-2]} if len(ends) >= 2 else set())
+        assert ends[0] in points  # the system prompt is always one
+        assert ends[-1] not in points or ends[-1] in shared  # the newest message is not
+
+
 def test_chat_parameters_are_honoured() -> None:
     params = small("chat", 4000)
     trace = generate(params)

@@ -81,6 +81,23 @@ class Request:
         """Where the prompt's messages end: the positions an application knows."""
         return tuple(segment.end for segment in self.prompt.chain() if segment.message)
 
+    def branch_points(self) -> tuple[int, ...]:
+        """The message ends where an application expects other requests to diverge.
+
+        The ends of the shared messages (system prompt, tool schemas: other
+        sessions start there) and of the history before the newest message
+        (an edit rewrites that message). The history's older message ends are
+        left out: the conversation went on past each of them, so the request
+        that could branch there is an edit of an old message, which none of
+        the workloads sends. Publishing them all was measured to compute more
+        prefill, not less: every miss re-placed a conversation's whole history
+        and evicted what the next turns needed.
+        """
+        messages = [segment for segment in self.prompt.chain() if segment.message]
+        shared = {s.end for s in messages if s.tokens[:2] == (_START, _SYSTEM)}
+        newest = {messages[-2].end} if len(messages) >= 2 else set()
+        return tuple(sorted(shared | newest))
+
 
 def _rate(_: TraceParams, attribute: attrs.Attribute[float], value: float) -> None:
     # 1 would repeat forever: every output regenerated, every message edited.

@@ -30,12 +30,21 @@ The rules, which every method cites:
    to it. The value is the entry's *margin* times its *uses*. The margin
    is what evicting it costs a request that would hit it: its length less
    that of its longest live proper prefix, where that request then hits
-   (its whole length when none is live). The uses are the times its
-   prefix was placed (remembered for ``GHOSTS`` x capacity evicted
-   prefixes, by hash: statistics only, never a match) plus its hits. So a
-   message end one token before the prompt end is worth one token per use,
-   the lone copy of a system prompt its whole length per use, and an entry
-   whose shorter neighbour goes is worth more at once.
+   (its whole length when none is live). Its uses are one plus its hits
+   at a *branch*: hits by a request that leaves the traffic the index
+   knows there, because a longer live entry extends the hit and the
+   request does not follow it (a regenerated answer, an edit, another
+   session on a shared system prompt). A hit on a *frontier* (no longer
+   entry extends it: the next turn of a conversation) is the traffic
+   moving on, not a sign the entry will be hit again; when the plan then
+   places a longer entry on the hit's path, the hit passes through: the
+   entry keeps the age it had, and the new entry carries the traffic. An
+   evicted prefix placed again gets back the uses it had (remembered for
+   ``GHOSTS`` x capacity evicted prefixes, by hash: statistics only,
+   never a match). So a message end one token before the prompt end is
+   worth one token per use, the lone copy of a system prompt its whole
+   length per use, and an entry whose shorter neighbour goes is worth
+   more at once.
 8. **Failed saves.** ``discard(entry)`` drops an entry whose save failed
    (``apply_effects(..., prefix_index=)`` calls it), so nothing points at a
    slot that was not written.
@@ -71,7 +80,7 @@ class _Live:
     entry: PrefixEntry
     tokens: tuple[int, ...]
     pins: int = 0
-    #: Placements of this prefix (remembered across evictions) and its hits.
+    #: One, plus its hits at a branch (rule 7), remembered across evictions.
     uses: int = 1
     used: int = 0  # the index's clock at the last publish or hit
     base: int = 0  # the index's level at the last publish or hit ("benefit", rule 7)
@@ -193,7 +202,11 @@ class PrefixSnapshotIndex:
         else:
             self._stats["hits"] += 1
             self._stats["tokens_reused"] += found.entry.length
-            found.uses += 1
+            # Rule 7: a hit counts as a use where the request leaves the traffic the index
+            # knows (a longer entry extends the hit); on a frontier it may only pass through.
+            frontier = not found.kids
+            last_use = (found.used, found.base)
+            found.uses += not frontier
             self._touch(found)
             found.pins += 1
             pinned.append(found)
@@ -214,6 +227,11 @@ class PrefixSnapshotIndex:
                 continue
             placed.pins += 1
             own.append(placed)
+        if found is not None and frontier and found.kids and self._eviction == "benefit":
+            # Passed through (rule 7): the plan placed a longer entry on the hit's path, where
+            # the traffic goes on; the hit keeps the age it had.
+            found.used, found.base = last_use
+            self._file(found)
         for live in own:
             if self._by_slot.get(live.entry.slot) is live:  # not evicted for a later position
                 pinned.append(live)
@@ -312,7 +330,7 @@ class PrefixSnapshotIndex:
             self._stats["evicted"] += 1
         slot = self._free.pop()
         live = _Live(PrefixEntry(length, slot, mint_ticket()), tuple(tokens[:length]))
-        live.uses += self._ghosts.pop(hash(live.tokens), 0)
+        live.uses = self._ghosts.pop(hash(live.tokens), 1)
         self._trie.put(tokens, length, live)
         self._by_slot[slot] = live
         self._adopt(live, self._trie.longest(tokens, length - 1))
