@@ -105,7 +105,31 @@ PREFIX_MUTANTS: tuple[Mutant, ...] = (
         "if positions and positions[-1] > len(token_list):",
     ),
     _x("index_hit_not_pinned", INDEX, "            found.pins += 1\n", ""),
-    _x("index_hit_not_counted", INDEX, "            found.uses += 1\n", ""),
+    _x("index_hit_not_counted", INDEX, "            found.uses += not frontier\n", ""),
+    _x(
+        "index_frontier_hit_counted",
+        INDEX,
+        "            found.uses += not frontier\n",
+        "            found.uses += 1\n",
+    ),
+    _x(
+        "index_no_pass_through",
+        INDEX,
+        'if found is not None and frontier and found.kids and self._eviction == "benefit":',
+        "if False:",
+    ),
+    _x(
+        "index_pass_through_under_lru_too",
+        INDEX,
+        'if found is not None and frontier and found.kids and self._eviction == "benefit":',
+        "if found is not None and frontier and found.kids:",
+    ),
+    _x(
+        "index_placed_again_counts_a_use",
+        INDEX,
+        "        live.uses = self._ghosts.pop(hash(live.tokens), 1)\n",
+        "        live.uses += self._ghosts.pop(hash(live.tokens), 0)\n",
+    ),
     _x(
         "index_hit_restore_wrong_length",
         INDEX,
