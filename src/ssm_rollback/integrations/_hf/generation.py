@@ -42,7 +42,7 @@ from .arguments import (
 from .decoding import GenerationReport, GenerationResult, _Counts
 from .generate_args import generate_args, length_in_config
 from .prefix_cache import HybridPrefixCache
-from .prefix_use import checked_prefix_cache, start_stream
+from .prefix_use import checked_prefix_cache, publish_stream, start_stream
 from .prompts import InputIds, Prompts, read_prompts, sequences
 from .scoring import Scoring
 from .stream import _Stream
@@ -148,7 +148,8 @@ def backtracking_generate(
     and neither moves. A row also ends when its matcher terminates.
 
     ``prefix_cache``: a ``HybridPrefixCache`` of ``model``; each row then
-    starts from ``prefix_cache.prepare(row)`` instead of a full prefill.
+    starts from ``prefix_cache.prepare(row)`` instead of a full prefill, and the state
+    after its output is published back to it (the next turn hits there).
     """
     call = generate_call(inspect.currentframe())
     with open_stream(generate_kwargs, call) as stream:
@@ -216,6 +217,7 @@ def _decode_rows(
                 progress(base + done, total)
 
         _decode_row(row, rules, counts, report_progress)
+        publish_stream(prefixes, row.stream, prompt, row.output)
         rules.stream.tokens(row.output[row.streamed :])
         done_before += rules.max_new_tokens
         counts.tokens += len(row.output)

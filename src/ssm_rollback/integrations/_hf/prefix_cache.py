@@ -26,7 +26,7 @@ import torch
 from transformers import DynamicCache, PretrainedConfig
 from transformers.cache_utils import Cache
 
-from ... import PrefillPlan, PrefixEntry, PrefixSnapshotIndex
+from ... import PrefillPlan, PrefixEntry, PrefixHit, PrefixSnapshotIndex
 from ..._errors import (
     InvalidArgumentError,
     InvalidArgumentTypeError,
@@ -35,7 +35,7 @@ from ..._errors import (
     check_non_negative_int,
 )
 from .arguments import shown, text_vocab_size
-from .cache_copy import cache_nbytes, clone_cache
+from .cache_copy import cache_lengths, cache_nbytes, clone_cache
 from .prefix_models import check_continues
 from .prompts import read_prompts
 from .scan_chunks import ScanChunks
@@ -161,11 +161,42 @@ class HybridPrefixCache:
                     done = end
                 if end in positions:
                     assert cache is not None  # a publish stands after a computed chunk
-                    self._publish(tokens, end, cache, plan)
+                    self._publish(tokens, end, cache, plan.hit)
         finally:
             self._index.release(plan)
         # A one-token prompt leaves nothing to compute: an empty cache, as generate makes.
         return cache if cache is not None else DynamicCache(config=self._config)
+
+    def publish_generated(self, sequences: object, cache: Cache) -> int:
+        """Store ``cache`` after ``model.generate(..., cache=cache)`` returned ``sequences``.
+
+        ``generate`` feeds every token but the last it returns, so the cache
+        then stands after ``sequences[0][:-1]``: that prefix is stored, and the
+        next turn's prompt, which extends the answer, hits there. The length
+        stored under, or 0 (held already, declined, or nothing to store).
+        """
+        return self.publish_state(self._prompt(sequences)[:-1], cache)
+
+    def publish_state(self, tokens: Sequence[int], cache: Cache) -> int:
+        """Store ``cache``, standing after exactly ``tokens``; the length stored under, or 0.
+
+        Every layer of ``cache`` that counts its tokens must hold
+        ``len(tokens)``, else nothing is stored and ``InvalidArgumentError``
+        says so (a cache of another call, or decoded on since).
+        """
+        if not tokens:
+            return 0  # nothing to share
+        tokens = self._prompt([list(tokens)])
+        held = cache_lengths(cache)
+        if held != {len(tokens)}:
+            raise InvalidArgumentError(
+                f"'cache' must stand after exactly the {len(tokens)} tokens to store (all but "
+                f"the last of generate's output: pass the cache that generate call was given), "
+                f"got layers holding {sorted(held)} tokens: nothing stored"
+            )
+        before = self._counts["published"]
+        self._publish(tokens, len(tokens), cache, None)
+        return len(tokens) if self._counts["published"] > before else 0
 
     def check_valid(self) -> None:
         """Raise ``InvariantError`` naming the first broken invariant; for tests."""
@@ -219,8 +250,9 @@ class HybridPrefixCache:
 
     # -- storing and evicting ------------------------------------------------------------
 
-    def _publish(self, tokens: list[int], length: int, cache: Cache, plan: PrefillPlan) -> None:
-        """Store the cache, standing after ``tokens[:length]``, unless that prefix is held."""
+    def _publish(self, tokens: list[int], length: int, cache: Cache, hit: PrefixHit | None) -> None:
+        """Store the cache, standing after ``tokens[:length]``, unless that prefix is held;
+        ``hit``, the entry a prefill stands on, is never evicted for it."""
         save = self._index.publish(0, tokens, length)
         self._sync()  # the index may have evicted an entry for a slot
         if save is None:  # held already (refreshed), or declined: every slot pinned
@@ -229,7 +261,7 @@ class HybridPrefixCache:
                     self._touch(slot)
             return
         entry = PrefixEntry(save.length, save.slot, save.ticket)
-        keep = {entry.slot} if plan.hit is None else {entry.slot, plan.hit.entry.slot}
+        keep = {entry.slot} if hit is None else {entry.slot, hit.entry.slot}
         try:
             self._store(entry, tokens, cache, keep)
         except BaseException:

@@ -36,7 +36,7 @@ from .arguments import (
 from .decoding import GenerationResult, _Counts
 from .drafting import DraftFn, Proposal, drafter
 from .generate_args import generate_args, length_in_config
-from .prefix_use import checked_prefix_cache, start_stream
+from .prefix_use import checked_prefix_cache, publish_stream, start_stream
 from .probe import check_multi_token_forward
 from .prompts import InputIds, Prompts, read_prompts, sequences
 from .scoring import Scoring
@@ -128,7 +128,8 @@ def speculative_generate(
     search, an ``attention_mask`` with padding: one unpadded row only). A
     model whose own multi-token cached forward pass fails is refused up front.
     With ``prefix_cache`` (a ``HybridPrefixCache`` of ``model``) decoding
-    starts from ``prefix_cache.prepare(input_ids)`` instead of a full prefill.
+    starts from ``prefix_cache.prepare(input_ids)`` instead of a full prefill, and the state
+    after the output is published back to it (the next turn hits there).
     """
     call = generate_call(inspect.currentframe())
     with open_stream(generate_kwargs, call) as stream:
@@ -162,6 +163,7 @@ def speculative_generate(
         start_stream(prefixes, target, prompt)
         run = _Run(target, boundaries, scoring, eos, stream, counts)
         new = _decode(run, prompt, max_new_tokens, k_max, propose)
+        publish_stream(prefixes, target, prompt, new)
         return GenerationResult(sequences(prompts, [new], pad), counts.freeze())
 
 
