@@ -175,3 +175,17 @@ def test_a_publish_after_decode_stays_within_the_byte_budget() -> None:
     assert cache.report.published == 3
     assert cache.report.evictions == 2
     assert len(cache) == 1
+
+
+def test_a_prefill_chunk_computes_one_row_of_logits() -> None:
+    """Nothing reads a prefill chunk's logits: ``prepare`` asks the model for one row only."""
+    m = model("nemotron_h")
+    rows: list[int] = []
+    head = m.get_output_embeddings()  # type: ignore[operator]
+    assert isinstance(head, torch.nn.Module)
+    hook = head.register_forward_hook(lambda _, args, out: rows.append(out.shape[1]))
+    try:
+        HybridPrefixCache(m, max_bytes=BIG).prepare(torch.tensor([randoms(20, 6)]), publish_at=[9])
+    finally:
+        hook.remove()
+    assert rows[-2:] == [1, 1]  # the chunks [0, 9) and [9, 19); the one before is the probe

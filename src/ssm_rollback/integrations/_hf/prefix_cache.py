@@ -29,14 +29,14 @@ from transformers.cache_utils import Cache
 from ... import PrefillPlan, PrefixEntry, PrefixHit, PrefixSnapshotIndex
 from ..._errors import (
     InvalidArgumentError,
-    InvalidArgumentTypeError,
     InvariantError,
     StaleSnapshotError,
     check_non_negative_int,
 )
-from .arguments import shown, text_vocab_size
+from .arguments import text_vocab_size
 from .cache_copy import cache_lengths, cache_nbytes, clone_cache
-from .prefix_models import check_continues
+from .chat import checked_positions
+from .prefix_models import check_continues, keeps_one_logit
 from .prompts import read_prompts
 from .scan_chunks import ScanChunks
 
@@ -93,6 +93,9 @@ class HybridPrefixCache:
         self._config: PretrainedConfig = getattr(model, "config")  # noqa: B009 (typed here)
         self._device = next(model.parameters()).device
         self._chunks = ScanChunks(model)
+        # A prefill chunk's logits are never read: ask for one row of them where the model can
+        # (a long chunk's full logits cost about a tenth of its forward pass on CPU).
+        self._keep_one = keeps_one_logit(model)
         # The smallest entry (one token) bounds how many can ever fit: the index's slots.
         smallest = cache_nbytes(self._forward(None, [0])) if self._max_bytes else 1
         self._index = PrefixSnapshotIndex(self._max_bytes // max(smallest, 1))
@@ -148,7 +151,7 @@ class HybridPrefixCache:
         then computes only the last prompt token.
         """
         tokens = self._prompt(input_ids)
-        positions = _positions(publish_at, len(tokens))
+        positions = checked_positions(publish_at, len(tokens))
         plan = self._index.plan_prefill(0, tokens)  # the hit only: publishes come as stored
         self._sync()
         try:
@@ -225,7 +228,9 @@ class HybridPrefixCache:
     def _forward(self, cache: Cache | None, tokens: list[int]) -> Cache:
         with torch.no_grad(), self._chunks.narrowed(len(tokens)):
             inputs = torch.tensor([tokens], dtype=torch.long, device=self._device)
-            kwargs = {} if cache is None else {"cache": cache}
+            kwargs: dict[str, object] = {} if cache is None else {"cache": cache}
+            if self._keep_one:
+                kwargs["logits_to_keep"] = 1
             out = self._model(inputs, use_cache=True, **kwargs)
         fed: Cache = out.cache
         return fed
@@ -305,22 +310,3 @@ class HybridPrefixCache:
     def _touch(self, slot: int) -> None:
         self._clock += 1
         self._used[slot] = self._clock
-
-
-def _positions(publish_at: object, length: int) -> set[int]:
-    """``publish_at`` checked: ints in ``[0, length)``; 0 (nothing to share) dropped."""
-    if isinstance(publish_at, str | bytes) or not isinstance(publish_at, Sequence):
-        raise InvalidArgumentTypeError(
-            f"'publish_at' must be a sequence of token positions, got {shown(publish_at)}"
-        )
-    positions = set()
-    for i, position in enumerate(publish_at):
-        position = check_non_negative_int(f"publish_at[{i}]", position)
-        if position >= length:
-            raise InvalidArgumentError(
-                f"'publish_at' must hold positions < len(input_ids) {length}, got {position} "
-                f"at index {i}"
-            )
-        positions.add(position)
-    positions.discard(0)
-    return positions
