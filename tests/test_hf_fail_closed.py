@@ -166,7 +166,7 @@ def test_every_keyword_is_used_or_refused_by_name(
     ("setting", "named"),
     [
         ({"num_beams": 2}, "greedy decoding or sampling"),
-        ({"output_scores": True, "return_dict_in_generate": True}, "return_dict_in_generate"),
+        ({"output_attentions": True, "return_dict_in_generate": True}, "output_attentions"),
         ({"max_time": 5.0}, "MaxTimeCriteria"),
         ({"guidance_scale": 2.0}, "'guidance_scale' must be None or 1"),
     ],

@@ -33,7 +33,7 @@ from .arguments import (
     pad_id,
     text_vocab_size,
 )
-from .decoding import GenerationResult, _Counts
+from .decoding import GenerationResult, Outputs, _Counts
 from .drafting import DraftFn, Proposal, drafter
 from .generate_args import generate_args, length_in_config
 from .prefix_use import checked_prefix_cache, publish_stream, start_stream
@@ -161,10 +161,19 @@ def speculative_generate(
         counts = _Counts()
         target = _Stream(model, vocab, slots)
         start_stream(prefixes, target, prompt)
-        run = _Run(target, boundaries, scoring, eos, stream, counts)
+        run = _Run(target, boundaries, scoring, eos, stream, counts, passed.outputs)
         new = _decode(run, prompt, max_new_tokens, k_max, propose)
         publish_stream(prefixes, target, prompt, new)
-        return GenerationResult(sequences(prompts, [new], pad), counts.freeze())
+        return GenerationResult(
+            sequences(prompts, [new], pad),
+            counts.freeze(),
+            scores=passed.outputs.per_token([run.scores[: len(new)]], pad)
+            if passed.outputs.scores
+            else None,
+            logits=passed.outputs.per_token([run.logits[: len(new)]], pad)
+            if passed.outputs.logits
+            else None,
+        )
 
 
 @attrs.frozen(eq=False)
@@ -178,6 +187,17 @@ class _Run:
     eos: frozenset[int]
     stream: TokenStreamer
     counts: _Counts
+    #: Per new token, with ``output_scores`` / ``output_logits``: its scores and raw logits.
+    outputs: Outputs = attrs.field(factory=Outputs)
+    scores: list[torch.Tensor] = attrs.field(factory=list)
+    logits: list[torch.Tensor] = attrs.field(factory=list)
+
+    def keep(self, scores: torch.Tensor, logits: torch.Tensor) -> None:
+        """Keep the rows of the tokens just committed, if asked for (``[n, vocab]`` each)."""
+        if self.outputs.scores:
+            self.scores.extend(scores.float().clone())
+        if self.outputs.logits:
+            self.logits.extend(logits.float().clone())
 
 
 def _decode(
@@ -193,7 +213,9 @@ def _decode(
     new: list[int] = []
     if max_new_tokens:
         fed = target.feed(prompt[len(target.fed) :])[-1:]
-        new.append(scoring.pick(scoring.process(prompt, [], fed)[0]))
+        scored = scoring.process(prompt, [], fed)
+        new.append(scoring.pick(scored[0]))
+        run.keep(scored, fed)
         run.stream.tokens(new)
     while new and len(new) < max_new_tokens and new[-1] not in eos:
         k = min(k_max, max_new_tokens - len(new))
@@ -204,8 +226,10 @@ def _decode(
             # verify steps, the replay stays bounded when drafts keep failing.
             target.feed([])
         target.checkpoint()
-        scores = scoring.process(prompt + new, drafts, target.feed([new[-1], *drafts]))
+        logits = target.feed([new[-1], *drafts])
+        scores = scoring.process(prompt + new, drafts, logits)
         n, bonus = _accept(scores, drafts, dists, scoring.generator, scoring.sampled)
+        run.keep(scores[: n + 1], logits[: n + 1])
         counts.drafts_proposed += len(drafts)
         counts.drafts_accepted += n
         first = len(new)  # the output length of the last committed token, fed first
