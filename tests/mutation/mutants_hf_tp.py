@@ -12,7 +12,7 @@ AGREEMENT = "_tp/agreement.py"
 GAPS = "tests/test_mutation_gaps.py"
 # The decoders' tests build tiny models: a narrow selection of the speculative ones.
 SPEC_TESTS = (GAPS, "tests/test_generation.py", "tests/test_hf_fail_closed.py")
-SPEC_SELECT = ("-k", "eos or boundary_snapshots or refuses_a_batch or draft or padded")
+SPEC_SELECT = ("-k", "eos or boundary_snapshots or batch or draft or padded")
 # The multi-rank fault runs take minutes: the scheduler's answer is tested in one process.
 AGREEMENT_TESTS = (GAPS,)
 AGREEMENT_SELECT = ("-k", "retire")
@@ -71,8 +71,13 @@ HF_TP_MUTANTS: tuple[Mutant, ...] = (
         "while n < len(drafts) and drafts[n] == chosen[n]:",
         "while n < len(drafts) and (n == 0 or drafts[n] == chosen[n]):",
     ),
-    _s("spec_padding_accepted", SPEC, "    if prompts.padded:\n", "    if False:\n"),
-    _s("spec_batch_accepted", SPEC, "if len(prompts.rows) != 1:", "if len(prompts.rows) < 1:"),
+    _s(
+        "spec_streamer_takes_a_batch",
+        SPEC,
+        "if stream.active and len(prompts.rows) != 1:",
+        "if stream.active and len(prompts.rows) < 1:",
+    ),
+    _s("spec_row_counts_lost", SPEC, "counts.tokens += len(new)", "counts.tokens = len(new)"),
     _s(
         "spec_forward_unprobed",
         SPEC,
