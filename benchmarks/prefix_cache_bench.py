@@ -10,14 +10,15 @@ hidden 512, vocab 2,048; nothing is downloaded), torch threads pinned
 over 2,048 tokens, then four turns, one regenerate (the same prompt again)
 and one edit (the last user message replaced). Each request publishes every
 message end and its own prompt end minus one token (what a regenerate
-reuses); the replies are fixed random tokens, since what the assistant said
-does not change what is reused.
+reuses), generates a 64-token greedy answer and publishes the state after
+it (``publish_generated``); the turn's answer becomes the assistant's
+message, so the next turn's prompt extends it and hits at its end.
 
-- Time to first token: ``prepare`` + ``generate(max_new_tokens=1,
-  cache=...)`` against plain ``model.generate(max_new_tokens=1)``,
+- Time to first token: ``prepare`` + ``generate(cache=...)`` until its
+  streamer gets the first new token, against plain ``model.generate``,
   medians of ``--rounds`` rounds (each round replays the whole chat on a
   fresh prefix cache, so every request meets the cache as the chat left it).
-  The first token is checked to be the same both ways.
+  The greedy answers are checked to be the same both ways.
 - Best-of-4 from one prompt: prompt tokens the model's forward passes
   compute, counted by a hook, with the cache (the prompt once) and without.
 - Bytes held, checked after every request against ``--max-mib``.
@@ -30,14 +31,12 @@ import statistics
 import sys
 import time
 import warnings
-from collections.abc import Callable
-from functools import partial
 
 import torch
 from transformers import AutoModelForCausalLM, PretrainedConfig
 from transformers.utils import logging as hf_logging
 
-from ssm_rollback.integrations.transformers import HybridPrefixCache
+from ssm_rollback.integrations.transformers import HybridPrefixCache, PrefixCacheReport
 from ssm_rollback.testing import tiny_config
 
 SYSTEM, USER, ASSISTANT, END = 1, 2, 3, 4  # role and end-of-message tokens
@@ -124,89 +123,126 @@ class Chat:
         return [*ids, ASSISTANT], tuple(ends)
 
 
-def requests(s: dict[str, int], smoke: bool) -> list[tuple[str, list[int], tuple[int, ...]]]:
-    """The chat's requests in order: name, prompt, positions to publish."""
-    history, user, reply = (4, 12, 16) if smoke else (7, 48, 64)
+def opening(s: dict[str, int], smoke: bool) -> Chat:
+    """The system prompt and the earlier exchanges: the history every request sends again."""
     chat = Chat(s["vocab"], 0)
     chat.add(SYSTEM, 24 if smoke else 300)
-    for _ in range(history):
+    for _ in range(4 if smoke else 7):
         chat.add(USER, 10 if smoke else 110)
         chat.add(ASSISTANT, 20 if smoke else 150)
-    out = []
+    return chat
 
-    def ask(name: str) -> None:
+
+class FirstToken:
+    """A streamer that notes when the first generated token arrives (``put`` after the prompt)."""
+
+    def __init__(self) -> None:
+        self.puts = 0
+        self.at = 0.0
+
+    def put(self, value: torch.Tensor) -> None:
+        self.puts += 1
+        if self.puts == 2:
+            self.at = time.perf_counter()
+
+    def end(self) -> None:
+        pass
+
+
+class Timings:
+    """Per request: times to first token both ways, tokens reused, whether the answers agree."""
+
+    def __init__(self) -> None:
+        self.plain: dict[str, list[float]] = {}
+        self.cached: dict[str, list[float]] = {}
+        self.reused: dict[str, int] = {}
+        self.lengths: dict[str, int] = {}
+        self.same = True
+        self.peak = 0
+        self.report = PrefixCacheReport()
+
+
+def answer(
+    m: Counted, cache: HybridPrefixCache | None, ids: list[int], publish: tuple[int, ...], new: int
+) -> tuple[float, list[int]]:
+    """Time to first token of a ``new``-token greedy answer, and the answer. With the cache:
+    ``prepare`` (publishing ``publish``), ``generate`` from it, then ``publish_generated``
+    (after the answer: the next turn starts from its end)."""
+    timer = FirstToken()
+    started = time.perf_counter()
+    if cache is None:
+        out = m.generate(ids, new, streamer=timer)
+    else:
+        prepared = cache.prepare(ids, publish_at=publish)
+        out = m.generate(ids, new, streamer=timer, cache=prepared)
+        cache.publish_generated([ids + out], prepared)
+    return timer.at - started, out
+
+
+def chat_round(m: Counted, s: dict[str, int], smoke: bool, max_bytes: int, t: Timings) -> None:
+    """One replay of the chat on a fresh prefix cache: four turns, a regenerate, an edit. Each
+    reply is the answer of the turn's last request (as the cache generated it)."""
+    user, reply = (12, 16) if smoke else (48, 64)
+    chat = opening(s, smoke)
+    cache = HybridPrefixCache(m.model, max_bytes=max_bytes)
+
+    def ask(name: str) -> list[int]:
         ids, ends = chat.prompt()
-        out.append((name, ids, (*ends, len(ids) - 1)))
+        publish = (*ends, len(ids) - 1)  # every message end, and what a regenerate reuses
+        t_plain, plain = answer(m, None, ids, publish, reply)
+        before = cache.report.tokens_reused
+        t_cached, cached = answer(m, cache, ids, publish, reply)
+        t.plain.setdefault(name, []).append(t_plain)
+        t.cached.setdefault(name, []).append(t_cached)
+        t.reused[name] = cache.report.tokens_reused - before
+        t.lengths[name] = len(ids)
+        t.same &= plain == cached
+        t.peak = max(t.peak, cache.report.bytes_held)
+        assert cache.report.bytes_held <= max_bytes
+        return cached
 
     for turn in range(1, 5):
         chat.add(USER, user)
-        ask(f"turn {turn}")
+        said = ask(f"turn {turn}")
         if turn == 2:
-            ask("regenerate")
+            said = ask("regenerate")
             chat.messages.pop()
             chat.add(USER, user)
-            ask("edit")
-        chat.add(ASSISTANT, reply)
-    return out
-
-
-def first_from(
-    cache: HybridPrefixCache, m: Counted, ids: list[int], publish: tuple[int, ...]
-) -> list[int]:
-    """The first token from the prefix cache: ``prepare``, then the last prompt token."""
-    return m.generate(ids, 1, cache=cache.prepare(ids, publish_at=publish))
-
-
-def ttft(run: Callable[[], list[int]]) -> tuple[float, list[int]]:
-    started = time.perf_counter()
-    out = run()
-    return time.perf_counter() - started, out
+            said = ask("edit")
+        chat.messages.append([ASSISTANT, *said, END])
+    t.report = cache.report
 
 
 def chat_section(m: Counted, s: dict[str, int], smoke: bool, rounds: int, max_bytes: int) -> bool:
-    chat = requests(s, smoke)
-    plain: dict[str, list[float]] = {name: [] for name, _, _ in chat}
-    cached: dict[str, list[float]] = {name: [] for name, _, _ in chat}
-    reused: dict[str, int] = {}
-    same = True
-    peak = 0
-    cache = HybridPrefixCache(m.model, max_bytes=max_bytes)
+    t = Timings()
     for _ in range(rounds):
-        cache = HybridPrefixCache(m.model, max_bytes=max_bytes)
-        for name, ids, publish in chat:
-            t_plain, first_plain = ttft(partial(m.generate, ids, 1))
-            before = cache.report.tokens_reused
-            t_cached, first_cached = ttft(partial(first_from, cache, m, ids, publish))
-            plain[name].append(t_plain)
-            cached[name].append(t_cached)
-            reused[name] = cache.report.tokens_reused - before
-            same &= first_plain == first_cached
-            peak = max(peak, cache.report.bytes_held)
-            assert cache.report.bytes_held <= max_bytes
+        chat_round(m, s, smoke, max_bytes, t)
     budget = f"{max_bytes / 2**20:.1f} MiB"
     print(f"\n(a) a chat, time to first token (medians of {rounds}); budget {budget}")
     head = f"{'request':<12}{'prompt':>8}{'reused':>8}{'plain ms':>10}{'cached ms':>11}"
     print(f"  {head}{'speedup':>9}")
     worst = float("inf")
-    for name, ids, _ in chat:
-        p, c = statistics.median(plain[name]), statistics.median(cached[name])
-        if reused[name]:
+    for name, times in t.plain.items():
+        p, c = statistics.median(times), statistics.median(t.cached[name])
+        if t.reused[name]:
             worst = min(worst, p / c)
         print(
-            f"  {name:<12}{len(ids):>8}{reused[name]:>8}{p * 1e3:>10.1f}{c * 1e3:>11.1f}"
-            f"{p / c:>8.1f}x"
+            f"  {name:<12}{t.lengths[name]:>8}{t.reused[name]:>8}{p * 1e3:>10.1f}"
+            f"{c * 1e3:>11.1f}{p / c:>8.1f}x"
         )
-    r = cache.report
+    r = t.report
     print(
         f"  hits {r.hits}, misses {r.misses}, evictions {r.evictions}, declined {r.declined}; "
-        f"bytes held at most {peak / 2**20:.1f} MiB of {budget} (never over); "
-        f"same first token: {'yes' if same else 'NO'}; slowest hit's speedup {worst:.1f}x"
+        f"bytes held at most {t.peak / 2**20:.1f} MiB of {budget} (never over); "
+        f"same answers: {'yes' if t.same else 'NO'}; slowest hit's speedup {worst:.1f}x"
     )
-    return same
+    return t.same
 
 
 def best_of_section(m: Counted, s: dict[str, int], smoke: bool, max_bytes: int) -> None:
-    ids = requests(s, smoke)[0][1]
+    chat = opening(s, smoke)
+    chat.add(USER, 12 if smoke else 48)
+    ids = chat.prompt()[0]
     new = 8
     sampled = {"do_sample": True, "top_k": 0}
     m.tokens = 0

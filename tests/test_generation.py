@@ -281,9 +281,30 @@ def test_model_generate_runs_it_as_custom_generate() -> None:
     assert result.sequences.tolist() == greedy("nemotron_h", 0).tolist()
 
 
-def test_speculative_refuses_a_batch() -> None:
-    with pytest.raises(InvalidArgumentError, match="one row"):
-        speculative_generate(model("lfm2"), torch.zeros(2, 3, dtype=torch.long), max_new_tokens=2)
+def test_speculative_decodes_a_batch_row_by_row() -> None:
+    """Before, a batch was refused ("one row"); now each row is decoded on its own, a row
+    that hits EOS first padded on the right as generate pads it, the counts summed."""
+    m = model("lfm2")
+    rows = [prompt(0)[0].tolist(), prompt(1)[0].tolist()]
+    alone = [speculative_generate(m, [row], max_new_tokens=NEW) for row in rows]
+    eos = int(alone[0].sequences[0, len(rows[0]) + 1])  # row 0's second new token
+    ended = [speculative_generate(m, [row], max_new_tokens=NEW, eos_token_id=eos) for row in rows]
+    batch = speculative_generate(m, rows, max_new_tokens=NEW, eos_token_id=eos, pad_token_id=3)
+    expected = [out.sequences[0].tolist() for out in ended]
+    width = max(len(row) for row in expected)
+    assert batch.sequences.tolist() == [row + [3] * (width - len(row)) for row in expected]
+    assert batch.report == ended[0].report + ended[1].report
+    assert len(expected[0]) < len(expected[1])  # row 0 ended at its EOS, row 1 ran on
+    with pytest.raises(InvalidArgumentError, match="'streamer' streams one row"):
+        speculative_generate(m, rows, max_new_tokens=NEW, streamer=_Silent())
+
+
+class _Silent:
+    def put(self, value: torch.Tensor) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
 
 
 def _reject_multiples_of_five(tokens: list[int]) -> int | None:

@@ -110,15 +110,35 @@ def test_backtracking_refuses_right_padding_and_holes() -> None:
             _backtrack(model(), PADDED, attention_mask=torch.tensor(mask))
 
 
-def test_speculative_refuses_an_attention_mask_with_padding() -> None:
-    """Batch 1, left-padded: before, the mask was dropped and the pads decoded as tokens."""
-    ids, mask = PADDED[1:], MASK[1:]
-    with pytest.raises(InvalidArgumentError, match="'attention_mask' must be all ones"):
-        speculative_generate(model(), ids, max_new_tokens=NEW, attention_mask=mask)
-    with pytest.raises(InvalidArgumentError, match="'attention_mask' must be all ones"):
-        model().generate(  # type: ignore[operator]
-            ids, attention_mask=mask, max_new_tokens=NEW, custom_generate=speculative_generate
-        )
+@pytest.mark.parametrize("model_type", ["nemotron_h", "lfm2"])
+@pytest.mark.parametrize("draft", ["prompt_lookup", "model"])
+def test_speculative_honours_a_left_padded_attention_mask(model_type: str, draft: str) -> None:
+    """Before, a batch was refused ("one row") and so was any padding; now each row decodes
+    on its own, its padding dropped, and the batch comes back as generate's padded one."""
+    m = model(model_type)
+    expected = greedy(m, PADDED, attention_mask=MASK)
+    drafted: dict[str, object] = {"draft": m} if draft == "model" else {}
+    direct = _speculate(m, PADDED, attention_mask=MASK, **drafted)
+    through = m.generate(  # type: ignore[operator]
+        PADDED,
+        attention_mask=MASK,
+        max_new_tokens=NEW,
+        custom_generate=speculative_generate,
+        **drafted,
+    )
+    assert direct.sequences.tolist() == expected
+    assert through.sequences.tolist() == expected
+    if draft == "model":  # the assistant drafts every row from that row's own tokens
+        assert direct.report.drafts_accepted == direct.report.drafts_proposed > 0
+    assert direct.report.tokens == 2 * NEW
+
+
+def test_speculative_processors_see_a_padded_row_as_generate_does() -> None:
+    """A repetition penalty counts the pad ids in front of a left-padded row, as generate's
+    processors see them (the row as given), not the row without its padding."""
+    m = model()
+    penalty = {"repetition_penalty": 3.0, "attention_mask": MASK}
+    assert _speculate(m, PADDED, **penalty).sequences.tolist() == greedy(m, PADDED, **penalty)
 
 
 def test_speculative_takes_an_all_ones_attention_mask() -> None:
@@ -166,7 +186,7 @@ def test_every_keyword_is_used_or_refused_by_name(
     ("setting", "named"),
     [
         ({"num_beams": 2}, "greedy decoding or sampling"),
-        ({"output_scores": True, "return_dict_in_generate": True}, "return_dict_in_generate"),
+        ({"output_attentions": True, "return_dict_in_generate": True}, "output_attentions"),
         ({"max_time": 5.0}, "MaxTimeCriteria"),
         ({"guidance_scale": 2.0}, "'guidance_scale' must be None or 1"),
     ],

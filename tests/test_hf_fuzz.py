@@ -115,7 +115,7 @@ MASK = [
     *oks(None, torch.ones_like(PROMPT)),
     *bads(torch.zeros_like(PROMPT), torch.ones(3, dtype=torch.long), torch.ones(1, 8), "x", [[1]]),
 ]
-UNKNOWN = {"foo": bads(1), "output_scores": bads(True)}
+UNKNOWN = {"foo": bads(1), "output_hidden_states": bads(True)}
 #: A generation setting: used when sampling (a generator), as generate uses it; a bad one is
 #: named when the sampling processors are built.
 SETTINGS = {"temperature": [*oks(0.7), *maybes("x", -1.0)]}

@@ -19,6 +19,8 @@ HF_DECODER_TESTS = (
     "tests/test_hf_contract.py",
     "tests/test_hf_generate_contract.py",
     "tests/test_prefix_cache.py",
+    "tests/test_prefix_publish.py",
+    "tests/test_hf_generate_outputs.py",
 )
 SPEC_TESTS = HF_DECODER_TESTS
 SPEC_SELECT: tuple[str, ...] = ()
@@ -80,8 +82,13 @@ HF_TP_MUTANTS: tuple[Mutant, ...] = (
         "while n < len(drafts) and drafts[n] == chosen[n]:",
         "while n < len(drafts) and (n == 0 or drafts[n] == chosen[n]):",
     ),
-    _s("spec_padding_accepted", SPEC, "    if prompts.padded:\n", "    if False:\n"),
-    _s("spec_batch_accepted", SPEC, "if len(prompts.rows) != 1:", "if len(prompts.rows) < 1:"),
+    _s(
+        "spec_streamer_takes_a_batch",
+        SPEC,
+        "if stream.active and len(prompts.rows) != 1:",
+        "if stream.active and len(prompts.rows) < 1:",
+    ),
+    _s("spec_row_counts_lost", SPEC, "counts.tokens += len(new)", "counts.tokens = len(new)"),
     _s(
         "spec_forward_unprobed",
         SPEC,

@@ -19,7 +19,7 @@ from transformers.cache_utils import Cache
 
 from .cache_pool import cache_layers
 
-__all__ = ["cache_nbytes", "clone_cache"]
+__all__ = ["cache_lengths", "cache_nbytes", "clone_cache"]
 
 
 def _tensors(cache: Cache) -> list[torch.Tensor]:
@@ -57,3 +57,14 @@ def clone_cache(cache: Cache) -> Cache:
     }
     copied: Cache = copy.deepcopy(cache, memo)
     return copied
+
+
+def cache_lengths(cache: Cache) -> set[int]:
+    """The token counts the cache's layers say they hold (one, if they agree; a layer that
+    keeps nothing, as a Nemotron-H MLP's, says nothing)."""
+    lengths: set[int] = set()
+    for layer in cache_layers(cache):
+        length = getattr(layer, "get_seq_length", None)
+        if callable(length):
+            lengths.add(int(length()))
+    return lengths

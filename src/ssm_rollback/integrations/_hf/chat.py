@@ -1,4 +1,5 @@
-"""``message_boundaries``: where each message of a chat-template rendering ends, in tokens.
+"""``message_boundaries``: where each message of a chat-template rendering ends, in tokens;
+``checked_positions``: such positions checked as ``publish_at``.
 
 Those positions are where conversations diverge - a regenerate, an edited
 message, the next turn - so they are the prefixes worth publishing
@@ -10,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Final
 
-from ..._errors import InvalidArgumentError, InvalidArgumentTypeError
+from ..._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int
 from .arguments import shown
 
-__all__ = ["message_boundaries"]
+__all__ = ["checked_positions", "message_boundaries"]
 
 #: ``apply_chat_template`` keywords that would change what it returns: set here, not by a caller.
 _RESERVED: Final = frozenset(
@@ -85,3 +86,22 @@ def _ids(render: object, messages: list[Mapping[str, object]], kw: dict[str, obj
             f"conversation, got {shown(ids)}"
         )
     return ids
+
+
+def checked_positions(publish_at: object, length: int) -> set[int]:
+    """``publish_at`` checked: ints in ``[0, length)``; 0 (nothing to share) dropped."""
+    if isinstance(publish_at, str | bytes) or not isinstance(publish_at, Sequence):
+        raise InvalidArgumentTypeError(
+            f"'publish_at' must be a sequence of token positions, got {shown(publish_at)}"
+        )
+    positions = set()
+    for i, position in enumerate(publish_at):
+        position = check_non_negative_int(f"publish_at[{i}]", position)
+        if position >= length:
+            raise InvalidArgumentError(
+                f"'publish_at' must hold positions < len(input_ids) {length}, got {position} "
+                f"at index {i}"
+            )
+        positions.add(position)
+    positions.discard(0)
+    return positions

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import attrs
 import torch
+from transformers.generation.utils import GenerateDecoderOnlyOutput
 
-__all__ = ["GenerationReport", "GenerationResult"]
+__all__ = ["GenerationReport", "GenerationResult", "Outputs"]
 
 
 @attrs.define
@@ -64,9 +65,56 @@ class GenerationReport(_Counts):
         return GenerationReport(**{name: value + theirs[name] for name, value in mine.items()})
 
 
-@attrs.frozen(eq=False)  # holds a tensor: compare by identity
-class GenerationResult:
-    """A decoder's output: ``sequences`` (prompt + new tokens, as ``generate``) and ``report``."""
+class GenerationResult(GenerateDecoderOnlyOutput):
+    """A decoder's output, as ``transformers``' own ``GenerateDecoderOnlyOutput``.
 
-    sequences: torch.Tensor
-    report: GenerationReport
+    ``sequences``: prompt + new tokens, as ``generate`` gives them. With
+    ``output_scores`` / ``output_logits``: ``scores`` / ``logits``, one
+    ``(batch, vocab)`` float32 tensor per new token, as ``transformers``'
+    assisted decoding returns them - the processed scores each token was
+    picked from, and the model's raw logits there (a row that ended before
+    the others puts all its weight on the pad id past its end). ``report``:
+    what the decoder did.
+    """
+
+    def __init__(
+        self,
+        sequences: torch.Tensor | None = None,
+        report: GenerationReport | None = None,
+        *,
+        scores: tuple[torch.Tensor, ...] | None = None,
+        logits: tuple[torch.Tensor, ...] | None = None,
+    ) -> None:
+        super().__init__(sequences=sequences, scores=scores, logits=logits)  # type: ignore[arg-type]
+        self._report = GenerationReport() if report is None else report
+
+    @property
+    def report(self) -> GenerationReport:
+        """What the decoder did, summed over the rows."""
+        return self._report
+
+
+@attrs.frozen
+class Outputs:
+    """Which per-token outputs a call asked for (``output_scores``, ``output_logits``)."""
+
+    scores: bool = False
+    logits: bool = False
+
+    def per_token(
+        self, rows: list[list[torch.Tensor]], pad: int | None
+    ) -> tuple[torch.Tensor, ...]:
+        """One ``(batch, vocab)`` float32 tensor per new token from each row's per-token
+        tensors; a row shorter than the longest puts all its weight on ``pad`` past its end."""
+        if not rows or not any(rows):
+            return ()
+        width = max(len(row) for row in rows)
+        template = next(row[0] for row in rows if row)
+        past_end = torch.full_like(template, float("-inf"), dtype=torch.float32)
+        if pad is not None and pad < len(past_end):
+            past_end[pad] = 0.0
+        steps = []
+        for j in range(width):
+            step = [row[j].float() if j < len(row) else past_end for row in rows]
+            steps.append(torch.stack(step))
+        return tuple(steps)

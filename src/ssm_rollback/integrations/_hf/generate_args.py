@@ -17,7 +17,8 @@ A direct call takes the same keywords, and generation settings as
 and the logits processors are prepared as ``generate`` prepares them.
 Beam search and the other modes, stopping criteria other than the length and
 EOS ones ``generate`` derives from the config, outputs the decoders do not
-build and a cache that already holds tokens are refused; anything else is an
+build (attentions, hidden states; ``output_scores`` and ``output_logits``
+they build) and a cache that already holds tokens are refused; anything else is an
 unknown keyword, refused by name.
 """
 
@@ -42,6 +43,7 @@ from transformers.generation.utils import GenerationMixin
 
 from ..._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int
 from .arguments import shown
+from .decoding import Outputs
 from .scoring import Scoring
 
 if TYPE_CHECKING:
@@ -66,14 +68,9 @@ _TAKEN = (
     "streamer",
 )
 
-#: Settings that ask for outputs a ``GenerationResult`` does not have.
-_OUTPUTS = (
-    "return_dict_in_generate",
-    "output_scores",
-    "output_logits",
-    "output_attentions",
-    "output_hidden_states",
-)
+#: Settings that ask for outputs a ``GenerationResult`` does not have (it has ``scores`` and
+#: ``logits``; ``return_dict_in_generate`` is what it always is).
+_OUTPUTS = ("output_attentions", "output_hidden_states")
 
 
 @attrs.frozen(eq=False)
@@ -92,6 +89,8 @@ class GenerateArgs:
     processors: LogitsProcessorList
     #: Whether ``processors`` are ``generate``'s, built for this call (else to be built).
     prepared: bool
+    #: The per-token outputs asked for (``output_scores``, ``output_logits``).
+    outputs: Outputs = attrs.field(factory=Outputs)
 
     def max_new_tokens(self, value: object, width: int) -> int:
         """``max_new_tokens``, else the config's (its ``max_new_tokens``, or ``max_length``)."""
@@ -184,6 +183,7 @@ def generate_args(
         config.pad_token_id,
         processors,
         call is not None,
+        Outputs(bool(config.output_scores), bool(config.output_logits)),
     )
 
 
@@ -237,8 +237,8 @@ def _check_modes(value: GenerationConfig) -> None:
     for name in _OUTPUTS:
         if getattr(value, name, None):
             raise InvalidArgumentError(
-                f"'generation_config.{name}' must be False: the decoders return a "
-                f"GenerationResult (sequences and a report), got True"
+                f"'generation_config.{name}' must be False: the decoders return sequences, "
+                f"scores, logits and a report (a GenerationResult), got True"
             )
 
 

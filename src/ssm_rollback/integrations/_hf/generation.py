@@ -39,10 +39,10 @@ from .arguments import (
     pad_id,
     text_vocab_size,
 )
-from .decoding import GenerationReport, GenerationResult, _Counts
+from .decoding import GenerationReport, GenerationResult, Outputs, _Counts
 from .generate_args import generate_args, length_in_config
 from .prefix_cache import HybridPrefixCache
-from .prefix_use import checked_prefix_cache, start_stream
+from .prefix_use import checked_prefix_cache, publish_stream, start_stream
 from .prompts import InputIds, Prompts, read_prompts, sequences
 from .scoring import Scoring
 from .stream import _Stream
@@ -76,6 +76,8 @@ class _Row:
     refused: dict[int, list[tuple[tuple[int, ...], int]]] = attrs.field(factory=dict)
     #: Output tokens put into the streamer: those no rollback can take back any more.
     streamed: int = 0
+    #: With ``output_scores``: the scores each output token was picked from.
+    scores: list[torch.Tensor] = attrs.field(factory=list)
 
 
 @attrs.frozen
@@ -90,6 +92,7 @@ class _Rules:
     scoring: Scoring
     check: bool
     stream: TokenStreamer
+    outputs: Outputs = attrs.field(factory=Outputs)
 
 
 @length_in_config
@@ -148,7 +151,8 @@ def backtracking_generate(
     and neither moves. A row also ends when its matcher terminates.
 
     ``prefix_cache``: a ``HybridPrefixCache`` of ``model``; each row then
-    starts from ``prefix_cache.prepare(row)`` instead of a full prefill.
+    starts from ``prefix_cache.prepare(row)`` instead of a full prefill, and the state
+    after its output is published back to it (the next turn hits there).
     """
     call = generate_call(inspect.currentframe())
     with open_stream(generate_kwargs, call) as stream:
@@ -179,14 +183,23 @@ def backtracking_generate(
             passed.scoring(model, given, generator),
             check_flag("check_rollbacks", check_rollbacks),
             stream,
+            passed.outputs,
         )
         grammars = row_grammars(grammar, len(prompts.rows), vocab)
         prefixes = checked_prefix_cache(prefix_cache, model)
         stream.prompt(given)
-        outputs = _decode_rows(
+        outputs, counts, rows = _decode_rows(
             model, vocab, prompts, grammars, rules, slots, budget, progress, prefixes
         )
-        return GenerationResult(sequences(prompts, outputs[0], pad), outputs[1].freeze())
+        asked = passed.outputs
+        return GenerationResult(
+            sequences(prompts, outputs, pad),
+            counts.freeze(),
+            scores=asked.per_token([row.scores for row in rows], pad) if asked.scores else None,
+            logits=asked.per_token([row.logits_after[: len(row.output)] for row in rows], pad)
+            if asked.logits
+            else None,
+        )
 
 
 def _decode_rows(
@@ -199,12 +212,13 @@ def _decode_rows(
     budget: int,
     progress: Callable[[int, int], None] | None,
     prefixes: HybridPrefixCache | None,
-) -> tuple[list[list[int]], _Counts]:
-    """Every row's new tokens, decoded one row after another, and the counters."""
+) -> tuple[list[list[int]], _Counts, list[_Row]]:
+    """Every row's new tokens, decoded one row after another, the counters and the rows."""
     counts = _Counts()
     total = len(prompts.rows) * rules.max_new_tokens
     done_before = 0
     outputs = []
+    rows = []
     for prompt, given, row_grammar in zip(prompts.rows, prompts.given, grammars, strict=True):
         row = _Row(_Stream(model, vocab, slots), SsmDecodeRing(slots), prompt, given, budget=budget)
         row.grammar = row_grammar
@@ -216,13 +230,15 @@ def _decode_rows(
                 progress(base + done, total)
 
         _decode_row(row, rules, counts, report_progress)
+        publish_stream(prefixes, row.stream, prompt, row.output)
         rules.stream.tokens(row.output[row.streamed :])
         done_before += rules.max_new_tokens
         counts.tokens += len(row.output)
         counts.boundaries += len(row.boundaries)
         counts.forward_passes += row.stream.forward_passes
         outputs.append(row.output)
-    return outputs, counts
+        rows.append(row)
+    return outputs, counts, rows
 
 
 def _decode_row(row: _Row, rules: _Rules, counts: _Counts, progress: Callable[[int], None]) -> None:
@@ -230,7 +246,8 @@ def _decode_row(row: _Row, rules: _Rules, counts: _Counts, progress: Callable[[i
     while len(output) < rules.max_new_tokens and not (output and output[-1] in rules.eos):
         if grammar is not None and grammar.is_done():
             break
-        token = rules.scoring.pick(_without(_scores(row, rules), _refused_here(row)))
+        scores = _without(_scores(row, rules), _refused_here(row))
+        token = rules.scoring.pick(scores)
         rolled_back = False
         limit = rules.reject([*output, token])
         if limit is not None:
@@ -239,8 +256,11 @@ def _decode_row(row: _Row, rules: _Rules, counts: _Counts, progress: Callable[[i
                 row.refused.setdefault(len(output), []).append((tuple(output), token))
             rolled_back = _roll_back(row, limit, counts)
             banned = _refused_here(row) if rules.banned is None else rules.banned
-            token = rules.scoring.pick(_without(_scores(row, rules), banned))
+            scores = _without(_scores(row, rules), banned)
+            token = rules.scoring.pick(scores)
         output.append(token)
+        if rules.outputs.scores:
+            row.scores.append(scores)
         if grammar is not None:
             grammar.accept(token)
         is_b = rules.boundary(token)
@@ -333,7 +353,7 @@ def _roll_back(row: _Row, limit: int, counts: _Counts) -> bool:
         counts.grammar_declined += not isinstance(plan, RollbackDeclined)
         return False
     counts.rollback_seconds += time.perf_counter() - started
-    del output[plan.keep_len :], row.logits_after[plan.keep_len + 1 :]
+    del output[plan.keep_len :], row.logits_after[plan.keep_len + 1 :], row.scores[plan.keep_len :]
     del row.boundaries[row.boundaries.index(plan.keep_len) + 1 :]
     counts.rollbacks_served += 1
     counts.tokens_regenerated += plan.tokens_dropped

@@ -26,17 +26,17 @@ import torch
 from transformers import DynamicCache, PretrainedConfig
 from transformers.cache_utils import Cache
 
-from ... import PrefillPlan, PrefixEntry, PrefixSnapshotIndex
+from ... import PrefillPlan, PrefixEntry, PrefixHit, PrefixSnapshotIndex
 from ..._errors import (
     InvalidArgumentError,
-    InvalidArgumentTypeError,
     InvariantError,
     StaleSnapshotError,
     check_non_negative_int,
 )
-from .arguments import shown, text_vocab_size
-from .cache_copy import cache_nbytes, clone_cache
-from .prefix_models import check_continues
+from .arguments import text_vocab_size
+from .cache_copy import cache_lengths, cache_nbytes, clone_cache
+from .chat import checked_positions
+from .prefix_models import check_continues, keeps_one_logit
 from .prompts import read_prompts
 from .scan_chunks import ScanChunks
 
@@ -93,6 +93,9 @@ class HybridPrefixCache:
         self._config: PretrainedConfig = getattr(model, "config")  # noqa: B009 (typed here)
         self._device = next(model.parameters()).device
         self._chunks = ScanChunks(model)
+        # A prefill chunk's logits are never read: ask for one row of them where the model can
+        # (a long chunk's full logits cost about a tenth of its forward pass on CPU).
+        self._keep_one = keeps_one_logit(model)
         # The smallest entry (one token) bounds how many can ever fit: the index's slots.
         smallest = cache_nbytes(self._forward(None, [0])) if self._max_bytes else 1
         self._index = PrefixSnapshotIndex(self._max_bytes // max(smallest, 1))
@@ -148,7 +151,7 @@ class HybridPrefixCache:
         then computes only the last prompt token.
         """
         tokens = self._prompt(input_ids)
-        positions = _positions(publish_at, len(tokens))
+        positions = checked_positions(publish_at, len(tokens))
         plan = self._index.plan_prefill(0, tokens)  # the hit only: publishes come as stored
         self._sync()
         try:
@@ -161,11 +164,42 @@ class HybridPrefixCache:
                     done = end
                 if end in positions:
                     assert cache is not None  # a publish stands after a computed chunk
-                    self._publish(tokens, end, cache, plan)
+                    self._publish(tokens, end, cache, plan.hit)
         finally:
             self._index.release(plan)
         # A one-token prompt leaves nothing to compute: an empty cache, as generate makes.
         return cache if cache is not None else DynamicCache(config=self._config)
+
+    def publish_generated(self, sequences: object, cache: Cache) -> int:
+        """Store ``cache`` after ``model.generate(..., cache=cache)`` returned ``sequences``.
+
+        ``generate`` feeds every token but the last it returns, so the cache
+        then stands after ``sequences[0][:-1]``: that prefix is stored, and the
+        next turn's prompt, which extends the answer, hits there. The length
+        stored under, or 0 (held already, declined, or nothing to store).
+        """
+        return self.publish_state(self._prompt(sequences)[:-1], cache)
+
+    def publish_state(self, tokens: Sequence[int], cache: Cache) -> int:
+        """Store ``cache``, standing after exactly ``tokens``; the length stored under, or 0.
+
+        Every layer of ``cache`` that counts its tokens must hold
+        ``len(tokens)``, else nothing is stored and ``InvalidArgumentError``
+        says so (a cache of another call, or decoded on since).
+        """
+        if not tokens:
+            return 0  # nothing to share
+        tokens = self._prompt([list(tokens)])
+        held = cache_lengths(cache)
+        if held != {len(tokens)}:
+            raise InvalidArgumentError(
+                f"'cache' must stand after exactly the {len(tokens)} tokens to store (all but "
+                f"the last of generate's output: pass the cache that generate call was given), "
+                f"got layers holding {sorted(held)} tokens: nothing stored"
+            )
+        before = self._counts["published"]
+        self._publish(tokens, len(tokens), cache, None)
+        return len(tokens) if self._counts["published"] > before else 0
 
     def check_valid(self) -> None:
         """Raise ``InvariantError`` naming the first broken invariant; for tests."""
@@ -194,7 +228,9 @@ class HybridPrefixCache:
     def _forward(self, cache: Cache | None, tokens: list[int]) -> Cache:
         with torch.no_grad(), self._chunks.narrowed(len(tokens)):
             inputs = torch.tensor([tokens], dtype=torch.long, device=self._device)
-            kwargs = {} if cache is None else {"cache": cache}
+            kwargs: dict[str, object] = {} if cache is None else {"cache": cache}
+            if self._keep_one:
+                kwargs["logits_to_keep"] = 1
             out = self._model(inputs, use_cache=True, **kwargs)
         fed: Cache = out.cache
         return fed
@@ -219,8 +255,9 @@ class HybridPrefixCache:
 
     # -- storing and evicting ------------------------------------------------------------
 
-    def _publish(self, tokens: list[int], length: int, cache: Cache, plan: PrefillPlan) -> None:
-        """Store the cache, standing after ``tokens[:length]``, unless that prefix is held."""
+    def _publish(self, tokens: list[int], length: int, cache: Cache, hit: PrefixHit | None) -> None:
+        """Store the cache, standing after ``tokens[:length]``, unless that prefix is held;
+        ``hit``, the entry a prefill stands on, is never evicted for it."""
         save = self._index.publish(0, tokens, length)
         self._sync()  # the index may have evicted an entry for a slot
         if save is None:  # held already (refreshed), or declined: every slot pinned
@@ -229,7 +266,7 @@ class HybridPrefixCache:
                     self._touch(slot)
             return
         entry = PrefixEntry(save.length, save.slot, save.ticket)
-        keep = {entry.slot} if plan.hit is None else {entry.slot, plan.hit.entry.slot}
+        keep = {entry.slot} if hit is None else {entry.slot, hit.entry.slot}
         try:
             self._store(entry, tokens, cache, keep)
         except BaseException:
@@ -273,22 +310,3 @@ class HybridPrefixCache:
     def _touch(self, slot: int) -> None:
         self._clock += 1
         self._used[slot] = self._clock
-
-
-def _positions(publish_at: object, length: int) -> set[int]:
-    """``publish_at`` checked: ints in ``[0, length)``; 0 (nothing to share) dropped."""
-    if isinstance(publish_at, str | bytes) or not isinstance(publish_at, Sequence):
-        raise InvalidArgumentTypeError(
-            f"'publish_at' must be a sequence of token positions, got {shown(publish_at)}"
-        )
-    positions = set()
-    for i, position in enumerate(publish_at):
-        position = check_non_negative_int(f"publish_at[{i}]", position)
-        if position >= length:
-            raise InvalidArgumentError(
-                f"'publish_at' must hold positions < len(input_ids) {length}, got {position} "
-                f"at index {i}"
-            )
-        positions.add(position)
-    positions.discard(0)
-    return positions

@@ -1,4 +1,5 @@
-"""``prefix_cache=`` of the decoders: checked once, then each row's stream starts from it."""
+"""``prefix_cache=`` of the decoders: checked once, each row's stream starts from it, and the
+state after each row's output is published back to it."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from ..._errors import InvalidArgumentError, InvalidArgumentTypeError
 from .prefix_cache import HybridPrefixCache
 from .stream import _Stream
 
-__all__ = ["checked_prefix_cache", "start_stream"]
+__all__ = ["checked_prefix_cache", "publish_stream", "start_stream"]
 
 
 def checked_prefix_cache(value: object, model: torch.nn.Module) -> HybridPrefixCache | None:
@@ -34,3 +35,20 @@ def start_stream(
     if prefix_cache is not None:
         stream.cache = prefix_cache.prepare(prompt)
         stream.fed = prompt[:-1]
+
+
+def publish_stream(
+    prefix_cache: HybridPrefixCache | None, stream: _Stream, prompt: list[int], new: list[int]
+) -> None:
+    """Publish the state a decode ended on, under exactly the tokens its cache holds.
+
+    The stream's cache stands after ``stream.fed`` (tokens a rewind queued are
+    not fed, so not held): that prefix is stored when it is one of ``prompt +
+    new``, where the next turn's prompt can extend it. A verify pass that fed
+    accepted drafts past an EOS (cut from the output) leaves nothing to store.
+    """
+    if prefix_cache is None or stream.cache is None:
+        return
+    fed, output = stream.fed, [*prompt, *new]
+    if len(fed) > len(prompt) and fed == output[: len(fed)]:
+        prefix_cache.publish_state(fed, stream.cache)

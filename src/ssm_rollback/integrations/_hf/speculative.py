@@ -33,12 +33,12 @@ from .arguments import (
     pad_id,
     text_vocab_size,
 )
-from .decoding import GenerationResult, _Counts
+from .decoding import GenerationResult, Outputs, _Counts
 from .drafting import DraftFn, Proposal, drafter
 from .generate_args import generate_args, length_in_config
-from .prefix_use import checked_prefix_cache, start_stream
+from .prefix_use import checked_prefix_cache, publish_stream, start_stream
 from .probe import check_multi_token_forward
-from .prompts import InputIds, Prompts, read_prompts, sequences
+from .prompts import InputIds, read_prompts, sequences
 from .scoring import Scoring
 from .stream import _Stream
 from .streaming import TokenStreamer, generate_call, open_stream
@@ -113,7 +113,7 @@ def speculative_generate(
     prefix_cache: object = None,
     **generate_kwargs: object,
 ) -> GenerationResult:
-    """Speculative decoding for hybrid (and any) causal LMs, batch 1; greedy unless sampled.
+    """Speculative decoding for hybrid (and any) causal LMs; greedy unless sampled.
 
     Decodes ``max_new_tokens`` tokens (else what the generation config's
     ``max_new_tokens`` or ``max_length`` allows) or up to an EOS.
@@ -124,11 +124,14 @@ def speculative_generate(
     ``is_boundary`` and ``capacity`` > 0, boundary tokens get snapshots in a
     ring as ``backtracking_generate``'s do. As ``model.generate(...,
     custom_generate=speculative_generate)`` it takes what ``generate``
-    prepares and refuses settings it cannot honour (logits processors, beam
-    search, an ``attention_mask`` with padding: one unpadded row only). A
-    model whose own multi-token cached forward pass fails is refused up front.
+    prepares and refuses settings it cannot honour (beam search, outputs it
+    does not build). A batch decodes row after row, each row independent of
+    the others (its padding dropped, as ``backtracking_generate`` does), and
+    comes back padded as ``generate`` pads it. A model whose own multi-token
+    cached forward pass fails is refused up front.
     With ``prefix_cache`` (a ``HybridPrefixCache`` of ``model``) decoding
-    starts from ``prefix_cache.prepare(input_ids)`` instead of a full prefill.
+    starts from ``prefix_cache.prepare(input_ids)`` instead of a full prefill, and the state
+    after the output is published back to it (the next turn hits there).
     """
     call = generate_call(inspect.currentframe())
     with open_stream(generate_kwargs, call) as stream:
@@ -136,33 +139,53 @@ def speculative_generate(
         generator = check_generator(generator, model)
         passed = generate_args("speculative_generate", generate_kwargs, model=model, call=call)
         prompts = read_prompts(input_ids, passed.attention_mask, passed.position_ids, vocab)
-        prompt = _one_row(prompts)
-        max_new_tokens = passed.max_new_tokens(max_new_tokens, len(prompt))
+        max_new_tokens = passed.max_new_tokens(max_new_tokens, len(prompts.given[0]))
         k_max = check_non_negative_int("num_draft_tokens", num_draft_tokens)
         # A ring never holds more boundaries than the output has positions (one past the cut).
         slots = min(check_non_negative_int("capacity", capacity), max_new_tokens + 1)
         eos = eos_ids(eos_token_id, passed.eos_token_id, vocab)
         pad = pad_id(pad_token_id, passed.pad_token_id, eos)
-        boundaries = (
-            _Boundaries(SsmDecodeRing(slots), as_predicate("is_boundary", is_boundary, vocab))
-            if is_boundary is not None
-            else None
+        boundary = (
+            as_predicate("is_boundary", is_boundary, vocab) if is_boundary is not None else None
         )
         verifies = k_max > 0 and max_new_tokens > 1  # else every forward pass is one token
-        propose = drafter(draft, vocab, verifies)
+        drafter(draft, vocab, verifies)  # checked before any row decodes
         if verifies:
             check_multi_token_forward("model", model, vocab)
         prefixes = checked_prefix_cache(prefix_cache, model)
+        if stream.active and len(prompts.rows) != 1:
+            raise InvalidArgumentError(
+                f"'streamer' streams one row: speculative_generate decodes the rows of a batch "
+                f"one after another (pass one row, or no streamer), got {len(prompts.rows)} rows"
+            )
         scoring = passed.scoring(
             model, torch.tensor(prompts.given, device=prompts.device), generator
         )
         stream.prompt(torch.tensor(prompts.given))
         counts = _Counts()
-        target = _Stream(model, vocab, slots)
-        start_stream(prefixes, target, prompt)
-        run = _Run(target, boundaries, scoring, eos, stream, counts)
-        new = _decode(run, prompt, max_new_tokens, k_max, propose)
-        return GenerationResult(sequences(prompts, [new], pad), counts.freeze())
+        runs: list[_Run] = []
+        for prompt, given in zip(prompts.rows, prompts.given, strict=True):
+            # Each row on its own: a stream, a ring and a drafter of its own.
+            ring = _Boundaries(SsmDecodeRing(slots), boundary) if boundary is not None else None
+            target = _Stream(model, vocab, slots)
+            start_stream(prefixes, target, prompt)
+            run = _Run(target, ring, scoring, eos, stream, counts, passed.outputs, given)
+            run.new.extend(
+                _decode(run, prompt, max_new_tokens, k_max, drafter(draft, vocab, verifies))
+            )
+            publish_stream(prefixes, target, prompt, run.new)
+            runs.append(run)
+        asked = passed.outputs
+        return GenerationResult(
+            sequences(prompts, [run.new for run in runs], pad),
+            counts.freeze(),
+            scores=asked.per_token([run.scores[: len(run.new)] for run in runs], pad)
+            if asked.scores
+            else None,
+            logits=asked.per_token([run.logits[: len(run.new)] for run in runs], pad)
+            if asked.logits
+            else None,
+        )
 
 
 @attrs.frozen(eq=False)
@@ -176,6 +199,20 @@ class _Run:
     eos: frozenset[int]
     stream: TokenStreamer
     counts: _Counts
+    #: Per new token, with ``output_scores`` / ``output_logits``: its scores and raw logits.
+    outputs: Outputs = attrs.field(factory=Outputs)
+    #: The row as given (left padding kept): what ``generate``'s processors see before it.
+    given: list[int] = attrs.field(factory=list)
+    new: list[int] = attrs.field(factory=list)
+    scores: list[torch.Tensor] = attrs.field(factory=list)
+    logits: list[torch.Tensor] = attrs.field(factory=list)
+
+    def keep(self, scores: torch.Tensor, logits: torch.Tensor) -> None:
+        """Keep the rows of the tokens just committed, if asked for (``[n, vocab]`` each)."""
+        if self.outputs.scores:
+            self.scores.extend(scores.float().clone())
+        if self.outputs.logits:
+            self.logits.extend(logits.float().clone())
 
 
 def _decode(
@@ -191,7 +228,9 @@ def _decode(
     new: list[int] = []
     if max_new_tokens:
         fed = target.feed(prompt[len(target.fed) :])[-1:]
-        new.append(scoring.pick(scoring.process(prompt, [], fed)[0]))
+        scored = scoring.process(run.given, [], fed)
+        new.append(scoring.pick(scored[0]))
+        run.keep(scored, fed)
         run.stream.tokens(new)
     while new and len(new) < max_new_tokens and new[-1] not in eos:
         k = min(k_max, max_new_tokens - len(new))
@@ -202,8 +241,10 @@ def _decode(
             # verify steps, the replay stays bounded when drafts keep failing.
             target.feed([])
         target.checkpoint()
-        scores = scoring.process(prompt + new, drafts, target.feed([new[-1], *drafts]))
+        logits = target.feed([new[-1], *drafts])
+        scores = scoring.process(run.given + new, drafts, logits)
         n, bonus = _accept(scores, drafts, dists, scoring.generator, scoring.sampled)
+        run.keep(scores[: n + 1], logits[: n + 1])
         counts.drafts_proposed += len(drafts)
         counts.drafts_accepted += n
         first = len(new)  # the output length of the last committed token, fed first
@@ -220,25 +261,9 @@ def _decode(
             new[first - 1 : first + n],
         )
     new = _cut(new[:max_new_tokens], eos)
-    counts.tokens = len(new)
-    counts.forward_passes = target.forward_passes
+    counts.tokens += len(new)
+    counts.forward_passes += target.forward_passes
     return new
-
-
-def _one_row(prompts: Prompts) -> list[int]:
-    if len(prompts.rows) != 1:
-        raise InvalidArgumentError(
-            f"'input_ids' must hold one row (speculative_generate decodes batch 1), "
-            f"got {len(prompts.rows)}"
-        )
-    if prompts.padded:
-        raise InvalidArgumentError(
-            f"'attention_mask' must be all ones: speculative_generate decodes one unpadded row "
-            f"(pass the row without its padding), got {prompts.padded} padded positions; "
-            f"model.generate derives a mask from pad_token_id when none is given: pass "
-            f"attention_mask=torch.ones_like(input_ids) if that id is a real token of the prompt"
-        )
-    return prompts.rows[0]
 
 
 def _cut(tokens: list[int], eos: frozenset[int]) -> list[int]:

@@ -1,0 +1,191 @@
+"""``return_dict_in_generate`` with ``output_scores`` / ``output_logits`` on both decoders.
+
+The decoders return ``transformers``' own ``GenerateDecoderOnlyOutput`` with
+the report attached; their ``scores`` and ``logits`` are what plain greedy
+``model.generate`` returns for the same tokens (one ``(batch, vocab)``
+tensor per new token), directly and through ``custom_generate``, through
+verify positions, rollbacks and a batch whose rows end apart.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import pytest
+
+pytest.importorskip("transformers")
+
+import torch
+from transformers import AutoModelForCausalLM
+from transformers.generation.utils import GenerateDecoderOnlyOutput
+from transformers.utils import logging as hf_logging
+
+from ssm_rollback import InvalidArgumentError
+from ssm_rollback.integrations.transformers import (
+    GenerationReport,
+    GenerationResult,
+    backtracking_generate,
+    speculative_generate,
+)
+from ssm_rollback.testing import tiny_config
+
+hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
+
+NEW = 6
+ASKED = {"return_dict_in_generate": True, "output_scores": True, "output_logits": True}
+#: A setting whose processor changes the scores: they are the processed ones, not the logits.
+PENALTY = {"repetition_penalty": 1.5}
+
+
+@functools.cache
+def model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    built: torch.nn.Module = AutoModelForCausalLM.from_config(tiny_config("nemotron_h"))  # type: ignore[no-untyped-call]
+    return built.eval()
+
+
+def prompt(seed: int = 1, n: int = 10) -> torch.Tensor:
+    return torch.randint(0, 128, (1, n), generator=torch.Generator().manual_seed(seed))
+
+
+def reference(ids: torch.Tensor, **kwargs: object) -> GenerateDecoderOnlyOutput:
+    out: GenerateDecoderOnlyOutput = model().generate(  # type: ignore[operator]
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=NEW,
+        do_sample=False,
+        **ASKED,
+        **kwargs,
+    )
+    return out
+
+
+def never(tokens: list[int]) -> int | None:
+    return None
+
+
+def decode(decoder: str, via: str, ids: torch.Tensor, **kwargs: object) -> GenerationResult:
+    """A greedy decode asking for scores and logits, directly or through ``custom_generate``."""
+    fn: Callable[..., GenerationResult] = (  # type: ignore[explicit-any]
+        speculative_generate if decoder == "speculative" else backtracking_generate
+    )
+    more: dict[str, object] = {"draft": model()} if decoder == "speculative" else {}
+    if decoder == "backtracking":
+        more.update(is_boundary=set(), reject=never)
+    more.update(kwargs)
+    if via == "direct":
+        return fn(model(), ids, max_new_tokens=NEW, **ASKED, **more)
+    out: GenerationResult = model().generate(  # type: ignore[operator]
+        ids, max_new_tokens=NEW, custom_generate=fn, **ASKED, **more
+    )
+    return out
+
+
+def steps(per_token: tuple[torch.Tensor, ...] | None) -> tuple[torch.Tensor, ...]:
+    """``scores`` or ``logits``, there."""
+    assert per_token is not None
+    return per_token
+
+
+def assert_close(
+    ours: tuple[torch.Tensor, ...] | None, theirs: tuple[torch.Tensor, ...] | None
+) -> None:
+    ours, theirs = steps(ours), steps(theirs)
+    assert len(ours) == len(theirs)
+    for mine, expected in zip(ours, theirs, strict=True):
+        assert mine.shape == expected.shape
+        assert mine.dtype == expected.dtype == torch.float32
+        torch.testing.assert_close(mine, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("via", ["direct", "custom_generate"])
+@pytest.mark.parametrize("decoder", ["speculative", "backtracking"])
+@pytest.mark.parametrize("settings", [{}, PENALTY], ids=["plain", "penalised"])
+def test_scores_and_logits_equal_plain_generate(
+    decoder: str, via: str, settings: dict[str, object]
+) -> None:
+    ids = prompt()
+    expected = reference(ids, **settings)
+    out = decode(decoder, via, ids, **settings)
+    assert isinstance(out, GenerateDecoderOnlyOutput)
+    assert isinstance(out.report, GenerationReport)
+    assert out.sequences.tolist() == expected.sequences.tolist()
+    assert_close(out.scores, expected.scores)
+    assert_close(out.logits, expected.logits)
+    assert out.report.tokens == NEW
+    if decoder == "speculative":
+        assert out.report.drafts_accepted > 0  # the scores of accepted drafts are covered
+    if settings:
+        assert not torch.equal(steps(out.scores)[-1], steps(out.logits)[-1])  # processed, not raw
+
+
+def test_without_the_flags_there_are_no_scores() -> None:
+    out = speculative_generate(model(), prompt(), max_new_tokens=NEW)
+    assert out.scores is None
+    assert out.logits is None
+    only = speculative_generate(model(), prompt(), max_new_tokens=NEW, output_logits=True)
+    assert only.scores is None
+    assert only.logits is not None
+    assert len(steps(only.logits)) == NEW
+
+
+def test_scores_after_a_rollback_are_those_of_the_kept_tokens() -> None:
+    """A rollback drops the scores of the tokens it drops; each kept token's scores are the
+    ones it was picked from (the ban included), so the greedy token is their argmax."""
+    ids = prompt(2)
+
+    fired: list[int] = []
+
+    def reject_third(tokens: list[int]) -> int | None:
+        if len(tokens) == 3 and not fired:
+            fired.append(tokens[-1])
+            return 1
+        return None
+
+    out = backtracking_generate(
+        model(),
+        ids,
+        max_new_tokens=NEW,
+        is_boundary=lambda t: True,
+        capacity=NEW,
+        reject=reject_third,
+        output_scores=True,
+        output_logits=True,
+    )
+    assert out.report.rollbacks_served == 1
+    new = out.sequences[0, ids.shape[1] :].tolist()
+    assert len(steps(out.scores)) == len(steps(out.logits)) == len(new) == NEW
+    assert [int(s[0].argmax()) for s in steps(out.scores)] == new
+
+
+def test_a_row_that_ends_first_puts_its_weight_on_the_pad_id() -> None:
+    first = reference(prompt(3)).sequences[0, 10].item()  # row 0's first token, made its EOS
+    ids = torch.cat([prompt(3), prompt(4)])
+    out = backtracking_generate(
+        model(),
+        ids,
+        max_new_tokens=NEW,
+        is_boundary=set(),
+        reject=never,
+        eos_token_id=int(first),
+        pad_token_id=0,
+        output_scores=True,
+    )
+    scores = steps(out.scores)
+    assert len(scores) > 1
+    assert all(step.shape == (2, scores[0].shape[1]) for step in scores)
+    past_end = scores[1][0]
+    assert float(past_end[0]) == 0.0
+    assert bool(torch.isinf(past_end[1:]).all())
+    assert int(scores[0][0].argmax()) == first
+
+
+@pytest.mark.parametrize("setting", ["output_attentions", "output_hidden_states"])
+def test_outputs_the_decoders_do_not_build_are_refused(setting: str) -> None:
+    decoder: Callable[..., GenerationResult] = speculative_generate  # type: ignore[explicit-any]
+    with pytest.raises(InvalidArgumentError, match=setting):
+        decoder(
+            model(), prompt(), max_new_tokens=NEW, return_dict_in_generate=True, **{setting: True}
+        )

@@ -1,0 +1,191 @@
+"""Publishing the state a decode ends on: the next turn hits at the end of the previous answer.
+
+After ``prepare`` + ``model.generate`` the caller stores the cache with
+``publish_generated``; both decoders store theirs themselves. Each stores
+the state under exactly the tokens every cache layer holds, so the next
+turn, whose prompt extends prompt + answer, starts from there; its greedy
+output still equals plain ``model.generate``'s and the logits after that hit
+equal a fresh prefill's within the type's tolerance.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+pytest.importorskip("transformers")
+
+import torch
+from transformers import AutoModelForCausalLM
+from transformers.utils import logging as hf_logging
+
+from ssm_rollback import InvalidArgumentError
+from ssm_rollback.integrations.transformers import (
+    HybridPrefixCache,
+    backtracking_generate,
+    speculative_generate,
+)
+from ssm_rollback.testing import tiny_config
+
+hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
+pytestmark = pytest.mark.usefixtures("quiet_warnings")
+
+#: Max abs difference of the next-token logits after a hit from a fresh prefill's (the values
+#: of test_prefix_cache.py for these types).
+TOLERANCE = {"mamba2": 5e-6, "nemotron_h": 1e-6, "zamba2": 1e-6}
+NEW = 6
+BIG = 1 << 24
+PATHS = ("generate", "speculative", "backtracking")
+
+
+@functools.cache
+def model(model_type: str) -> torch.nn.Module:
+    torch.manual_seed(0)
+    built: torch.nn.Module = AutoModelForCausalLM.from_config(tiny_config(model_type))  # type: ignore[no-untyped-call]
+    return built.eval()
+
+
+def randoms(n: int, seed: int) -> list[int]:
+    out: list[int] = torch.randint(
+        0, 128, (n,), generator=torch.Generator().manual_seed(seed)
+    ).tolist()
+    return out
+
+
+def plain(m: torch.nn.Module, prompt: list[int]) -> list[int]:
+    ids = torch.tensor([prompt])
+    out: torch.Tensor = m.generate(  # type: ignore[operator]
+        ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, do_sample=False
+    )
+    return list(out[0].tolist())
+
+
+def no_reject(tokens: list[int]) -> int | None:
+    return None
+
+
+def turn(m: torch.nn.Module, cache: HybridPrefixCache, prompt: list[int], path: str) -> list[int]:
+    """One greedy turn through ``path`` from the prefix cache, its end state published."""
+    ids = torch.tensor([prompt])
+    if path == "generate":
+        prepared = cache.prepare(ids)
+        out: torch.Tensor = m.generate(  # type: ignore[operator]
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=NEW,
+            do_sample=False,
+            cache=prepared,
+        )
+        assert cache.publish_generated(out, prepared) == out.shape[1] - 1
+        return list(out[0].tolist())
+    if path == "speculative":
+        result = speculative_generate(m, ids, max_new_tokens=NEW, prefix_cache=cache)
+    else:
+        result = backtracking_generate(
+            m, ids, max_new_tokens=NEW, is_boundary=set(), reject=no_reject, prefix_cache=cache
+        )
+    return list(result.sequences[0].tolist())
+
+
+def chat(model_type: str, path: str) -> tuple[HybridPrefixCache, list[int], list[int], int]:
+    """Turn one, then turn two's prompt (turn one's output and a new message); the length the
+    answer's state was published under."""
+    m = model(model_type)
+    cache = HybridPrefixCache(m, max_bytes=BIG)
+    first = randoms(12, 1)
+    said = turn(m, cache, first, path)
+    (entry,) = cache.entries()
+    return cache, first, [*said, *randoms(4, 2)], entry.length
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_the_follow_up_hit_lands_at_the_end_of_the_previous_answer(path: str) -> None:
+    cache, first, second, published = chat("nemotron_h", path)
+    answer_end = len(first) + NEW
+    # generate never feeds its last token; backtracking feeds every token it keeps; a
+    # speculative decode ends on what its last verify pass committed (a bonus token is not fed).
+    assert {"generate": answer_end - 1, "backtracking": answer_end}.get(path, published) == (
+        published
+    )
+    assert len(first) < published <= answer_end
+    before = cache.report
+    cache.prepare(torch.tensor([second]))
+    after = cache.report
+    assert (after.hits - before.hits, after.tokens_reused - before.tokens_reused) == (1, published)
+    assert after.tokens_computed - before.tokens_computed == len(second) - 1 - published
+    cache.check_valid()
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_greedy_after_the_follow_up_hit_equals_plain_generate(path: str) -> None:
+    m = model("nemotron_h")
+    cache, first, second, _ = chat("nemotron_h", path)
+    assert second[: len(first) + NEW] == plain(m, first)
+    hits = cache.report.hits
+    assert turn(m, cache, second, path) == plain(m, second)
+    assert cache.report.hits == hits + 1
+    assert cache.report.bytes_held <= cache.max_bytes
+    cache.check_valid()
+
+
+@pytest.mark.parametrize("model_type", sorted(TOLERANCE))
+@pytest.mark.parametrize("path", PATHS)
+def test_logits_after_the_follow_up_hit_equal_a_fresh_prefill(model_type: str, path: str) -> None:
+    m = model(model_type)
+    cache, _, second, published = chat(model_type, path)
+    ids = torch.tensor([second])
+    prepared = cache.prepare(ids)
+    assert cache.report.tokens_reused == published
+    with torch.no_grad():
+        from_hit = m(ids[:, -1:], cache=prepared).logits[0, -1]
+        fresh = m(ids).logits[0, -1]
+    diff = float((from_hit - fresh).abs().max())
+    assert diff <= TOLERANCE[model_type], (model_type, path, diff)
+
+
+def test_publish_generated_refuses_a_cache_that_does_not_stand_after_the_output() -> None:
+    m = model("nemotron_h")
+    cache = HybridPrefixCache(m, max_bytes=BIG)
+    prompt = torch.tensor([randoms(10, 3)])
+    prepared = cache.prepare(prompt)  # holds 9 tokens, not the 10 + NEW - 1 of an output
+    out = torch.tensor([[*randoms(10, 3), *randoms(NEW, 4)]])
+    with pytest.raises(InvalidArgumentError, match="'cache' must stand after exactly the 15"):
+        cache.publish_generated(out, prepared)
+    assert (len(cache), cache.report.published) == (0, 0)
+    assert cache.publish_generated(prompt[:, :1], prepared) == 0  # nothing before a lone token
+    assert cache.publish_generated(prompt, prepared) == 9  # stands after all but the last
+    assert cache.publish_generated(prompt, prepared) == 0  # held already: refreshed
+    assert [entry.length for entry in cache.entries()] == [9]
+    cache.check_valid()
+
+
+def test_a_publish_after_decode_stays_within_the_byte_budget() -> None:
+    m = model("nemotron_h")
+    probe = HybridPrefixCache(m, max_bytes=BIG)
+    probe.prepare(torch.tensor([randoms(13, 5)]), publish_at=[12])
+    budget = probe.report.bytes_held  # room for one 12-token prefix, not two
+    cache = HybridPrefixCache(m, max_bytes=budget + budget // 2)
+    for seed in range(3):
+        speculative_generate(
+            m, torch.tensor([randoms(8, seed)]), max_new_tokens=NEW, prefix_cache=cache
+        )
+        assert cache.report.bytes_held <= cache.max_bytes
+        cache.check_valid()
+    assert cache.report.published == 3
+    assert cache.report.evictions == 2
+    assert len(cache) == 1
+
+
+def test_a_prefill_chunk_computes_one_row_of_logits() -> None:
+    """Nothing reads a prefill chunk's logits: ``prepare`` asks the model for one row only."""
+    m = model("nemotron_h")
+    rows: list[int] = []
+    head = m.get_output_embeddings()  # type: ignore[operator]
+    assert isinstance(head, torch.nn.Module)
+    hook = head.register_forward_hook(lambda _, args, out: rows.append(out.shape[1]))
+    try:
+        HybridPrefixCache(m, max_bytes=BIG).prepare(torch.tensor([randoms(20, 6)]), publish_at=[9])
+    finally:
+        hook.remove()
+    assert rows[-2:] == [1, 1]  # the chunks [0, 9) and [9, 19); the one before is the probe
