@@ -661,6 +661,36 @@ def test_none_from_the_sender_is_an_empty_step() -> None:
     assert tp.broadcast_effects(None, src=0) == ()
 
 
+# -- no process group at all: one rank, no wire ---------------------------------------------------
+
+
+def test_without_a_group_none_is_an_empty_step_and_effects_come_back_decoded() -> None:
+    assert not dist.is_initialized()
+    assert tp.broadcast_effects(None, src=0) == ()
+    step: list[Effect] = [SsmStateAccept(1, 2), batch_of(3)]
+    assert tp.broadcast_effects(step, src=0) == tuple(step)
+
+
+@pytest.mark.parametrize("src", [1, 7])
+def test_without_a_group_a_src_other_than_0_is_refused(src: int) -> None:
+    with pytest.raises(InvalidArgumentError, match=f"'src' must be 0 without .* got {src}"):
+        tp.broadcast_effects([SsmStateAccept(0, 0)], src=src)
+
+
+@pytest.mark.parametrize(
+    ("src", "message"),
+    [
+        (-1, "'src' must be an int >= 0, got -1"),
+        (True, "'src' must be an int >= 0, got True of type bool"),
+        (2**63, "'src' must be a rank \\(an int64\\), got"),
+    ],
+)
+def test_without_a_group_a_bad_src_raises_its_own_error(src: object, message: str) -> None:
+    """The error names what is wrong with ``src``, not that it is not 0."""
+    with pytest.raises(InvalidArgumentError, match=message):
+        tp.broadcast_effects([SsmStateAccept(0, 0)], src=src)  # type: ignore[arg-type]
+
+
 @pytest.mark.usefixtures("one_rank")
 @pytest.mark.parametrize("rows", [1, 600])  # within the first buffer, and past it
 def test_a_value_int64_cannot_carry_is_refused_naming_it_and_nothing_grows(rows: int) -> None:
