@@ -377,6 +377,7 @@ def bad_input(rank: int, world: int, group: dist.ProcessGroup | None) -> dict[st
     results["beside the engine's sends"] = beside_engine_sends(rank, world, mine, group)
     results.update(corrupt_headers(rank, mine, group))
     results.update(growth(rank, group))
+    results["big step from the last rank"] = big_step_from_the_last_rank(rank, world, group)
     results["bad src"] = outcome_of(lambda: tp.broadcast_effects(mine, src=world + 5, group=group))
     results["good again"] = outcome_of(lambda: tp.broadcast_effects(mine, src=0, group=group))
     # Pools of different shapes are a dispute on every rank, not a hang.
@@ -509,6 +510,15 @@ def growth(rank: int, group: dist.ProcessGroup | None) -> dict[str, str]:
         dist.all_reduce = real_all_reduce
     results["capacity"] = str(_wire_channel.channel_capacity(group))
     return results
+
+
+def big_step_from_the_last_rank(rank: int, world: int, group: dist.ProcessGroup | None) -> str:
+    """A step past the buffer from a sender that is not group rank 0: its second message (the
+    grown buffer's) comes from that sender too, not from the group's first rank."""
+    rows = 3 * _wire_channel.channel_capacity(group)
+    step = [SaveBatch(range(rows), [0] * rows, range(rows), range(rows))]
+    mine = step if rank == world - 1 else None
+    return outcome_of(lambda: tp.broadcast_effects(mine, src=world - 1, group=group) == tuple(step))
 
 
 _REAL_GROW: Final = _wire_channel._Channel.grow
@@ -659,6 +669,36 @@ def test_a_step_of_exactly_the_word_limit_arrives(monkeypatch: pytest.MonkeyPatc
 @pytest.mark.usefixtures("one_rank")
 def test_none_from_the_sender_is_an_empty_step() -> None:
     assert tp.broadcast_effects(None, src=0) == ()
+
+
+# -- no process group at all: one rank, no wire ---------------------------------------------------
+
+
+def test_without_a_group_none_is_an_empty_step_and_effects_come_back_decoded() -> None:
+    assert not dist.is_initialized()
+    assert tp.broadcast_effects(None, src=0) == ()
+    step: list[Effect] = [SsmStateAccept(1, 2), batch_of(3)]
+    assert tp.broadcast_effects(step, src=0) == tuple(step)
+
+
+@pytest.mark.parametrize("src", [1, 7])
+def test_without_a_group_a_src_other_than_0_is_refused(src: int) -> None:
+    with pytest.raises(InvalidArgumentError, match=f"'src' must be 0 without .* got {src}"):
+        tp.broadcast_effects([SsmStateAccept(0, 0)], src=src)
+
+
+@pytest.mark.parametrize(
+    ("src", "message"),
+    [
+        (-1, "'src' must be an int >= 0, got -1"),
+        (True, "'src' must be an int >= 0, got True of type bool"),
+        (2**63, "'src' must be a rank \\(an int64\\), got"),
+    ],
+)
+def test_without_a_group_a_bad_src_raises_its_own_error(src: object, message: str) -> None:
+    """The error names what is wrong with ``src``, not that it is not 0."""
+    with pytest.raises(InvalidArgumentError, match=message):
+        tp.broadcast_effects([SsmStateAccept(0, 0)], src=src)  # type: ignore[arg-type]
 
 
 @pytest.mark.usefixtures("one_rank")
@@ -923,6 +963,7 @@ def test_bad_input_raises_on_every_rank(
     assert seen["loud refusal"].startswith("InvalidArgumentError: rank 0 refused")
     assert seen["loud refusal"].endswith(" 2 messages 0 reduces")
     assert int(seen["capacity"]) >= 4 * 1024
+    assert seen["big step from the last rank"] == "ok"
     assert seen["bad src"] != "ok"
     assert seen["shapes"].startswith("AgreementError: every rank's pool must")
 

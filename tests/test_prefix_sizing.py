@@ -84,6 +84,14 @@ def test_shared_slots_that_fill_free_bytes_leave_zero_ring_slots() -> None:
     assert (got.slots, got.fit, got.rule, got.bytes_total) == (0, 0, DepthRule.MEMORY, 0)
 
 
+def test_shared_slots_that_take_exactly_free_bytes_are_taken_with_no_ring_left() -> None:
+    """The bound is inclusive: shared slots whose bytes equal free_bytes fit."""
+    got = depth(512 * PER, prefix_slots=512)
+    assert (got.prefix_bytes, got.fit, got.slots, got.bytes_total) == (512 * PER, 0, 0, 0)
+    with pytest.raises(InvalidArgumentError, match="at most 512 shared slots fit"):
+        depth(512 * PER, prefix_slots=513)
+
+
 @pytest.mark.parametrize(
     ("prefix_slots", "error", "message"),
     [

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import pytest
 
+from ssm_rollback import InvalidArgumentError
 from ssm_rollback.reserve import (
     SUPPORTED_MODEL_TYPES,
     DepthRule,
+    _layers,
     decode_rollback_ring_slots,
     shipped_config,
     state_spec_from_hf_config,
 )
 from ssm_rollback.reserve._defaults import DEFAULTS
+from ssm_rollback.reserve._fields import Fields
 
 
 def test_every_supported_type_has_a_row_of_defaults() -> None:
@@ -113,3 +116,48 @@ def test_plan_reports_the_speculative_bytes_and_a_depth_that_fits_after_them() -
     assert main([*argv, "--layout", "sglang", "--ssm-dtype", "bfloat16", "--json"], out) == 0
     assert json.loads(out.getvalue())["bytes_per_slot"] == 24 * (61_440 + 2_097_152)
     assert main([*argv, "--layout", "sglang", "--conv-dtype", "int3"], io.StringIO()) == 2
+
+
+# -- the default layer patterns, where a config names no per-layer list -------------------------
+
+
+def fields(model_type: str, **data: object) -> Fields:
+    return Fields(data, model_type)
+
+
+def test_jamba_refuses_an_attention_offset_equal_to_its_period() -> None:
+    """``offset == period`` would make no layer attention: refused, as ``offset > period``."""
+    assert _layers.jamba_layers(
+        fields("jamba", num_hidden_layers=8, attn_layer_period=4, attn_layer_offset=3)
+    ) == [0, 1, 2, 4, 5, 6]
+    for offset in (4, 5):
+        config = fields("jamba", num_hidden_layers=8, attn_layer_period=4, attn_layer_offset=offset)
+        with pytest.raises(InvalidArgumentError, match="'attn_layer_offset' must be less than"):
+            _layers.jamba_layers(config)
+
+
+def test_default_patterns_put_attention_where_each_config_class_does() -> None:
+    """OLMo-Hybrid at i % 4 == 3 (else the last layer), Qwen3-Next every fourth layer counted
+    from 1, Kimi at 4, 8, ... but not 0, Bailing at (i + 1) % group == 0."""
+    assert _layers.olmo_hybrid_layers(fields("olmo_hybrid", num_hidden_layers=8)) == [
+        0, 1, 2, 4, 5, 6
+    ]  # fmt: skip
+    assert _layers.olmo_hybrid_layers(fields("olmo_hybrid", num_hidden_layers=3)) == [0, 1]
+    assert _layers.qwen3_next_layers(
+        fields("qwen3_next", num_hidden_layers=8, full_attention_interval=4)
+    ) == [0, 1, 2, 4, 5, 6]
+    assert _layers.kimi_layers(fields("kimi_linear", num_hidden_layers=9)) == [0, 1, 2, 3, 5, 6, 7]
+    bailing = fields("bailing_hybrid", num_hidden_layers=10, layer_group_size=4)
+    assert _layers.bailing_layers(bailing) == [0, 1, 2, 4, 5, 6, 8, 9]
+
+
+def test_vllms_bailing_layers_past_the_last_whole_group_are_attention() -> None:
+    bailing = fields("bailing_hybrid", num_hidden_layers=10, layer_group_size=4)
+    assert _layers.bailing_vllm_layers(bailing) == [0, 1, 2, 4, 5, 6]  # 8 and 9: no whole group
+
+
+def test_a_layer_count_past_the_limit_is_refused_and_the_limit_itself_taken() -> None:
+    limit = _layers.MAX_LAYERS
+    assert _layers.num_layers(fields("mamba", num_hidden_layers=limit)) == limit
+    with pytest.raises(InvalidArgumentError, match=f"must be at most {limit} layers"):
+        _layers.num_layers(fields("mamba", num_hidden_layers=limit + 1))

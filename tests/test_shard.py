@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from ssm_rollback import InvalidArgumentError
 from ssm_rollback.distributed import shard_of
 from ssm_rollback.reserve import state_spec_from_hf_config
 
@@ -37,3 +38,32 @@ def test_a_config_without_n_groups_shards_with_the_model_types_default(tp_size: 
         named = shard_of(full, explicit, tensor="conv", rank=rank, tp_size=tp_size, dim=1)
         assert torch.equal(shard, named)
         assert shard.shape[1] == rank_channels
+
+
+@pytest.mark.parametrize(
+    ("groups", "tp_size", "x", "bc"),
+    [(4, 2, 32, 8), (1, 4, 16, 0)],  # B and C split with the heads; one group replicated
+    ids=["groups-split", "one-group-replicated"],
+)
+def test_each_ranks_shard_is_its_own_slice_of_each_segment(
+    groups: int, tp_size: int, x: int, bc: int
+) -> None:
+    """Nemotron-H's conv state is x (64 channels), then B and C (4 channels a group each):
+    rank r holds x's r-th share and B's and C's, or the one group whole on every rank."""
+    config = {**_NEMOTRON_H, "n_groups": groups}
+    channels = 64 + 2 * 4 * groups
+    full = torch.arange(channels).reshape(1, channels)
+    width = 4 * groups // tp_size if bc else 4
+    for rank in range(tp_size):
+        b = 64 + rank * bc
+        want = [*range(x * rank, x * rank + x), *range(b, b + width)]
+        want += range(b + 4 * groups, b + 4 * groups + width)  # C, after B
+        shard = shard_of(full, config, tensor="conv", rank=rank, tp_size=tp_size, dim=1)
+        assert shard[0].tolist() == want, rank
+
+
+@pytest.mark.parametrize("rank", [-1, 4, 5])
+def test_a_shard_of_a_rank_outside_the_group_is_refused_naming_it(rank: int) -> None:
+    full = torch.zeros(1, 72)
+    with pytest.raises(InvalidArgumentError, match="'rank' must be"):
+        shard_of(full, {**_NEMOTRON_H, "n_groups": 1}, tensor="conv", rank=rank, tp_size=4, dim=1)

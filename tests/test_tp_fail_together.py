@@ -561,5 +561,16 @@ def test_distributed_error_is_a_library_error_and_a_runtime_error() -> None:
     assert "DistributedError" in tp.__all__
 
 
+def test_a_distributed_error_for_a_lost_peer_names_its_rank_and_group() -> None:
+    """``rank`` is the peer's, for a caller that acts on it; ``None`` where none is known."""
+    cause = RuntimeError(CLOSED)
+    error = _failures.lost("process group 'g'", 3, "sent no step", cause)
+    assert (error.group, error.rank) == ("process group 'g'", 3)
+    assert str(error).startswith("process group 'g': rank 3 sent no step - ")
+    unknown = _failures.lost("process group 'g'", None, "did not take part", None)
+    assert unknown.rank is None
+    assert str(unknown).startswith("process group 'g': a peer did not take part - ")
+
+
 if __name__ == "__main__":
     main(sys.argv[1:])

@@ -551,6 +551,10 @@ MORE_MUTANTS: tuple[Mutant, ...] = (
         "            group = 0\n",
         SHARD_TESTS,
         *SHARD_SELECT,
+        equivalent=(
+            "shard_of then checks the config at tp_size, which refuses groups that do not divide "
+            "it unless there is one group, and one group is group 0 on every rank"
+        ),
     ),
     mutant(
         "shard_even_split_from_0",
