@@ -14,6 +14,7 @@ GAPS = "tests/test_mutation_gaps.py"
 # mutants that break every greedy decode survive.
 HF_DECODER_TESTS = (
     GAPS,
+    "tests/test_hf_decoder_gaps.py",
     "tests/test_generation.py",
     "tests/test_hf_fail_closed.py",
     "tests/test_hf_contract.py",
@@ -107,6 +108,10 @@ HF_TP_MUTANTS: tuple[Mutant, ...] = (
         DRAFTING,
         "                if follow:\n                    return follow\n",
         "                return follow\n",
+        equivalent=(
+            "follow is never empty for k >= 1: start < length - n, so tokens[start + n] exists; "
+            "for k <= 0 every follow is empty and both return []"
+        ),
     ),
     _s("draft_too_many_ok", DRAFTING, "if len(proposed) > k:", "if len(proposed) > k + 1:"),
     _s("draft_vocab_smaller_ok", DRAFTING, "if own != vocab:", "if own < vocab:"),
