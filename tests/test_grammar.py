@@ -158,7 +158,7 @@ def test_xgrammar_masks_never_allow_ids_past_the_vocabulary() -> None:
     feed(matcher, '"ab')
     mask = allocate_token_bitmask(1, matcher.vocab_size)
     matcher.fill_next_token_bitmask(mask, 0)
-    assert mask[0, -1].item() & ~1 == 0
+    assert int(mask[0, -1].item()) & ~1 == 0
     logits = torch.zeros(32 * mask.shape[1])  # a head as wide as the mask's words
     apply_token_bitmask(logits, mask[0])
     assert int(torch.isfinite(logits).nonzero().max()) < matcher.vocab_size
