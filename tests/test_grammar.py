@@ -128,6 +128,43 @@ def test_llguidance_eos_after_stop_is_counted_but_not_recorded() -> None:
     assert not matcher.matcher.is_error()
 
 
+def test_llguidance_after_stop_takes_eos_only() -> None:
+    matcher = llg()
+    feed(matcher, '{"a":1}')
+    assert matcher.matcher.is_stopped()
+    assert not matcher.accept_token(ord("x"))  # llguidance itself would consume it
+    assert (matcher.num_tokens, matcher.is_terminated()) == (7, False)
+    assert allowed(matcher) == [EOS]
+    assert matcher.accept_token(EOS)
+    assert (matcher.num_tokens, matcher.is_terminated()) == (8, True)
+
+
+def test_xgrammar_refuses_the_first_id_past_the_vocabulary_itself(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    matcher = make("xgrammar", {"type": "string"})
+    feed(matcher, '"ab')
+    capfd.readouterr()
+    assert not matcher.accept_token(TOK.vocab_size)  # xgrammar would warn on stderr
+    assert not matcher.accept_token(TOK.vocab_size + 1)
+    assert capfd.readouterr().err == ""
+    assert matcher.num_tokens == 3
+
+
+def test_xgrammar_masks_never_allow_ids_past_the_vocabulary() -> None:
+    # Inside a string most tokens are allowed, and xgrammar then also sets the
+    # bits past the last token id (257 here: one used bit in the last word).
+    matcher = make("xgrammar", {"type": "string"})
+    feed(matcher, '"ab')
+    mask = allocate_token_bitmask(1, matcher.vocab_size)
+    matcher.fill_next_token_bitmask(mask, 0)
+    assert int(mask[0, -1].item()) & ~1 == 0
+    logits = torch.zeros(32 * mask.shape[1])  # a head as wide as the mask's words
+    apply_token_bitmask(logits, mask[0])
+    assert int(torch.isfinite(logits).nonzero().max()) < matcher.vocab_size
+    assert allowed(matcher) == fresh_allowed("xgrammar", TOK.encode('"ab'), {"type": "string"})
+
+
 def test_llguidance_eos_before_stop_is_recorded() -> None:
     matcher = llg({"type": "integer"})
     feed(matcher, "7")
@@ -303,6 +340,17 @@ def test_a_served_rollback_moves_model_and_matcher_together(engine: Engine) -> N
     assert scene.cuts == [5]
     assert allowed(scene.matcher) == fresh_allowed(engine, scene.tokens[:5])
     scene.ring.check_valid()
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_matcher_that_can_go_back_exactly_that_far_is_served(engine: Engine) -> None:
+    scene = Scene(engine, make(engine, max_rollback_tokens=4))
+    feed(scene.matcher, TEXT)
+    plan = scene.roll(at_most=6)  # drops 4 tokens: the limit, not past it
+    assert isinstance(plan, RollbackPlan)
+    assert (plan.keep_len, plan.tokens_dropped) == (5, 4)
+    assert scene.cuts == [5]
+    assert allowed(scene.matcher) == fresh_allowed(engine, scene.tokens[:5])
 
 
 @pytest.mark.parametrize("engine", ENGINES)

@@ -248,3 +248,23 @@ def test_generate_refuses_a_matcher_that_already_accepted_tokens(engine: str) ->
         "1 tokens"
     )
     assert matcher.num_tokens == 1
+
+
+def test_generate_refuses_a_matcher_that_already_serves_another_row() -> None:
+    transformers = pytest.importorskip("transformers")
+    from ssm_rollback.integrations.transformers import backtracking_generate
+    from ssm_rollback.testing import tiny_config
+
+    matcher = TOK.xgrammar_json_matcher(OBJECT)
+    model = transformers.AutoModelForCausalLM.from_config(
+        tiny_config("lfm2", vocab_size=TOK.vocab_size, eos_token_id=TOK.eos_token_id)
+    )
+    with pytest.raises(InvalidArgumentError) as raised:
+        backtracking_generate(
+            model, torch.tensor([TOK.encode("j:"), TOK.encode("k:")]), max_new_tokens=4,
+            is_boundary=set(), reject=lambda new: None, grammar=[matcher, matcher],
+        )  # fmt: skip
+    assert str(raised.value) == (
+        "'grammar[1]' is the matcher of an earlier row: each row needs its own"
+    )
+    assert matcher.num_tokens == 0

@@ -18,6 +18,7 @@ from ssm_rollback import (
     SsmPrefixRestore,
     SsmPrefixSave,
 )
+from ssm_rollback._core.prefix._trie import Trie
 
 
 @attrs.define
@@ -318,6 +319,36 @@ def test_a_discarded_entry_is_gone() -> None:
     with pytest.raises(InvalidArgumentError, match="'entry' must be a live entry"):
         index.discard(entry)
     index.check_valid()
+
+
+def test_discarding_a_stale_entry_leaves_the_slots_new_owner() -> None:
+    index = PrefixSnapshotIndex(1)
+    assert index.publish(0, [1, 2, 3], 2) is not None
+    (old,) = index.entries()
+    index.discard(old)
+    assert index.publish(0, [7, 8, 9], 3) is not None
+    (new,) = index.entries()
+    assert new.slot == old.slot
+    with pytest.raises(InvalidArgumentError, match="'entry' must be a live entry"):
+        index.discard(old)
+    assert index.entries() == (new,)
+    assert index.match([7, 8, 9, 1]) == new
+    index.check_valid()
+
+
+def test_the_tree_refuses_to_remove_a_prefix_it_only_branches_at() -> None:
+    trie: Trie[str] = Trie()
+    trie.put([1, 2, 3], 3, "a")
+    trie.put([1, 2, 4], 3, "b")  # a valueless node now stands at [1, 2]
+    with pytest.raises(KeyError):
+        trie.remove([1, 2], 2)
+    with pytest.raises(KeyError):
+        trie.remove([1, 2, 5], 3)
+    trie.check()
+    assert sorted(trie.items()) == [([1, 2, 3], "a"), ([1, 2, 4], "b")]
+    trie.remove([1, 2, 3], 3)
+    trie.check()
+    assert list(trie.items()) == [([1, 2, 4], "b")]
 
 
 def test_one_token_is_always_left_to_compute() -> None:

@@ -175,6 +175,10 @@ PREFIX_MUTANTS: tuple[Mutant, ...] = (
         INDEX,
         "            if self._by_slot.get(live.entry.slot) is live:  # not discarded since\n",
         "            if True:  # not discarded since\n",
+        equivalent=(
+            "it only lowers the pins of a dropped entry, which nothing reads again: the slot "
+            "table, the repr, eviction and check_valid all read entries still in the slot table"
+        ),
     ),
     _x(
         "index_release_twice_ok",
@@ -250,6 +254,10 @@ PREFIX_MUTANTS: tuple[Mutant, ...] = (
         INDEX,
         "        self._free.sort(reverse=True)\n        live.pins = 0\n",
         "        self._free.sort(reverse=True)\n",
+        equivalent=(
+            "it only keeps the pins of a dropped entry, which nothing reads again: release skips "
+            "entries no longer in the slot table, and every other reader starts from that table"
+        ),
     ),
     _x(
         "index_free_taken_highest_first",
