@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 VOCAB = 256
@@ -54,3 +55,7 @@ def build(directory: Path, *, pattern: str = PATTERN) -> Path:
     fast.save_pretrained(directory)
     (directory / "generation_config.json").write_text(json.dumps({"eos_token_id": VOCAB - 1}))
     return directory
+
+
+if __name__ == "__main__":
+    build(Path(sys.argv[1]))

@@ -114,6 +114,12 @@ class SsmPrefixConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
             )
         return SsmPrefixMetadata(self._book.take_step())
 
+    def update_connector_output(self, connector_output: object) -> None:
+        assert self._book is not None
+        failed = set(getattr(connector_output, "failed_recving", None) or ())
+        for req_id in getattr(connector_output, "finished_recving", None) or ():
+            self._book.load_done(req_id, failed=req_id in failed)
+
     def request_finished(self, request: object, block_ids: list[int]) -> tuple[bool, None]:
         return self.request_finished_all_groups(request, (block_ids,))
 

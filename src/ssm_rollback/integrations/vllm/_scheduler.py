@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import attrs
 
-from ...prefix import PrefillPlan, PrefixSnapshotIndex
+from ...prefix import PrefillPlan, PrefixEntry, PrefixSnapshotIndex
 from ._ops import SlotCopy, StepOps
 
 __all__ = ["PrefixBook", "RequestOptions"]
@@ -55,6 +55,7 @@ class PrefixBook:
         self._loads: list[SlotCopy] = []
         self._prompt_saves: list[SlotCopy] = []
         self._loaded: list[PrefillPlan] = []
+        self._loading: dict[str, PrefixEntry] = {}
 
     def match(self, req_id: str, prompt: Sequence[int], options: RequestOptions) -> int:
         """Plan a new request: the number of prompt tokens a shared slot supplies (0: none)."""
@@ -88,6 +89,7 @@ class PrefixBook:
                 SlotCopy(req_id, entry.slot, entry.ticket, entry.length, _frozen(request.blocks))
             )
             self._loaded.append(plan)  # pinned until this step is handed over
+            self._loading[req_id] = entry
         else:
             self.index.release(plan)
 
@@ -135,6 +137,12 @@ class PrefixBook:
         copy = SlotCopy(req_id, save.slot, save.ticket, computed, _frozen(block_ids))
         self._finished.append(copy)
         return True
+
+    def load_done(self, req_id: str, *, failed: bool) -> None:
+        """The worker reported a load; a failed one's entry is discarded, never tried again."""
+        entry = self._loading.pop(req_id, None)
+        if failed and entry is not None and entry in self.index.entries():
+            self.index.discard(entry)
 
     def take_step(self) -> StepOps:
         """The copies of the step just scheduled; unpins the hits it loads."""
