@@ -74,7 +74,7 @@ def _predicted(run: Run) -> list[int]:
 
 def _max_diff(a: Run, b: Run) -> float:
     return max(
-        abs(x - y)
+        abs(float(x) - float(y))
         for ra, rb in zip(a, b, strict=True)
         for x, y in zip(ra["logprobs"], rb["logprobs"], strict=True)  # type: ignore[call-overload]
     )

@@ -13,6 +13,7 @@ import json
 import os
 import random
 import sys
+from collections.abc import Iterator
 
 import attrs
 
@@ -23,13 +24,13 @@ SYSTEM_LENGTH = 120
 MAX_TOKENS = 8
 
 
-class NoSsmConnector(SsmPrefixConnector):  # type: ignore[misc]
+class NoSsmConnector(SsmPrefixConnector):
     """Loads the attention KV of a hit but leaves the SSM state as vLLM initialised it."""
 
     LOADS_SSM_STATE = False
 
 
-class StaleConnector(SsmPrefixConnector):  # type: ignore[misc]
+class StaleConnector(SsmPrefixConnector):
     """Every load finds its slot evicted (even loads) or re-published (odd loads)."""
 
     def start_load_kv(self, forward_context: object, **kwargs: object) -> None:
@@ -45,7 +46,9 @@ def _words(rng: random.Random, n: int) -> list[int]:
     return [rng.randrange(2, 250) for _ in range(n)]
 
 
-def requests_of(rng: random.Random, system: list[int], outputs: dict[str, list[int]]) -> object:
+def requests_of(
+    rng: random.Random, system: list[int], outputs: dict[str, list[int]]
+) -> Iterator[tuple[str, list[int], int]]:
     """Yield ``(name, prompt, max_tokens)``; later prompts extend earlier ``outputs``."""
     yield "system", system, 1  # the application shares its system prompt: a prompt end
     users = {(c, t): _words(rng, 10 + 3 * c + t) for c in range(4) for t in range(1, 4)}
@@ -66,8 +69,9 @@ def requests_of(rng: random.Random, system: list[int], outputs: dict[str, list[i
 
 def main(model: str, mode: str) -> None:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    from vllm import LLM, SamplingParams
     from vllm.config import KVTransferConfig
+
+    from vllm import LLM, SamplingParams
 
     classes = {"connector": "SsmPrefixConnector", "no-ssm": "NoSsmConnector"}
     classes |= {"stale": "StaleConnector", "refuse": "SsmPrefixConnector"}
@@ -96,10 +100,10 @@ def main(model: str, mode: str) -> None:
         try:
             LLM(**engine)
         except Exception as error:  # report the named error wherever vLLM wrapped it
-            seen = error
+            seen: BaseException | None = error
             while seen is not None and type(seen).__name__ != "UnsupportedEngineError":
                 seen = seen.__cause__ or seen.__context__
-            found = seen or error
+            found = error if seen is None else seen
             print(json.dumps({"refused": type(found).__name__, "message": str(found)}))
             return
         print(json.dumps({"refused": None, "message": ""}))

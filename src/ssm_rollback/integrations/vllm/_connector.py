@@ -14,14 +14,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, ClassVar
 
 import torch
-from vllm.distributed.kv_transfer.kv_connector.v1.base import (  # type: ignore[import-not-found]
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorBase_V1,
     KVConnectorMetadata,
     KVConnectorRole,
     KVConnectorTransferResults,
     SupportsHMA,
 )
-from vllm.v1.kv_cache_interface import (  # type: ignore[import-not-found]
+from vllm.v1.kv_cache_interface import (
     FullAttentionSpec,
     MambaSpec,
 )
@@ -30,7 +30,7 @@ from ...prefix import PrefixSnapshotIndex
 from ._ops import StepOps
 from ._options import check_engine, prefix_slots, request_options
 from ._scheduler import PrefixBook
-from ._store import LayerGroup, SlotStore
+from ._store import SlotStore
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -38,14 +38,14 @@ if TYPE_CHECKING:
 __all__ = ["SsmPrefixConnector", "SsmPrefixMetadata"]
 
 
-class SsmPrefixMetadata(KVConnectorMetadata):  # type: ignore[misc]
+class SsmPrefixMetadata(KVConnectorMetadata):
     """One step's copies, handed from the scheduler side to the worker side."""
 
     def __init__(self, ops: StepOps) -> None:
         self.ops = ops
 
 
-class SsmPrefixConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
+class SsmPrefixConnector(KVConnectorBase_V1, SupportsHMA):
     """Prefix snapshots (attention KV + SSM state) shared across vLLM requests (SPEC 16)."""
 
     #: Load the SSM state with the attention KV; only a test turns it off, to see it matter.
@@ -80,7 +80,9 @@ class SsmPrefixConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
 
     # -- scheduler side ----------------------------------------------------------------
 
-    def get_num_new_matched_tokens(self, request: object, num_computed_tokens: int) -> tuple[int, bool]:
+    def get_num_new_matched_tokens(
+        self, request: object, num_computed_tokens: int
+    ) -> tuple[int, bool]:
         assert self._book is not None
         if num_computed_tokens:
             return 0, False
@@ -89,7 +91,9 @@ class SsmPrefixConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
         hit = self._book.match(request.request_id, tokens, options)  # type: ignore[attr-defined]
         return hit, hit > 0  # loaded "asynchronously": a stale slot then recomputes
 
-    def update_state_after_alloc(self, request: object, blocks: object, num_external_tokens: int) -> None:
+    def update_state_after_alloc(
+        self, request: object, blocks: object, num_external_tokens: int
+    ) -> None:
         assert self._book is not None
         ids = blocks.get_block_ids()  # type: ignore[attr-defined]
         self._book.allocated(request.request_id, ids, num_external_tokens)  # type: ignore[attr-defined]
@@ -103,14 +107,20 @@ class SsmPrefixConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
         counts: dict[str, int] = out.num_scheduled_tokens  # type: ignore[attr-defined]
         for new in out.scheduled_new_reqs:  # type: ignore[attr-defined]
             self._book.scheduled(
-                new.req_id, new.block_ids, new.num_computed_tokens, counts.get(new.req_id, 0),
+                new.req_id,
+                new.block_ids,
+                new.num_computed_tokens,
+                counts.get(new.req_id, 0),
                 replace=True,
             )
         cached = out.scheduled_cached_reqs  # type: ignore[attr-defined]
         for i, req_id in enumerate(cached.req_ids):
             self._book.scheduled(
-                req_id, cached.new_block_ids[i], cached.num_computed_tokens[i],
-                counts.get(req_id, 0), replace=req_id in cached.resumed_req_ids,
+                req_id,
+                cached.new_block_ids[i],
+                cached.num_computed_tokens[i],
+                counts.get(req_id, 0),
+                replace=req_id in cached.resumed_req_ids,
             )
         return SsmPrefixMetadata(self._book.take_step())
 
@@ -128,7 +138,8 @@ class SsmPrefixConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
     ) -> tuple[bool, None]:
         assert self._book is not None
         stopped = bool(request.is_finished()) and request.status.name in (  # type: ignore[attr-defined]
-            "FINISHED_STOPPED", "FINISHED_LENGTH_CAPPED",
+            "FINISHED_STOPPED",
+            "FINISHED_LENGTH_CAPPED",
         )
         if not stopped:
             self._book.finished(request.request_id, (), 0, block_ids)  # type: ignore[attr-defined]
@@ -155,7 +166,9 @@ class SsmPrefixConnector(KVConnectorBase_V1, SupportsHMA):  # type: ignore[misc]
     def wait_for_layer_load(self, layer_name: str) -> None:
         return None
 
-    def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor, attn_metadata: object, **kwargs: object) -> None:
+    def save_kv_layer(
+        self, layer_name: str, kv_layer: torch.Tensor, attn_metadata: object, **kwargs: object
+    ) -> None:
         return None
 
     def wait_for_save(self) -> None:

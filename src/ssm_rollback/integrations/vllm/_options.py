@@ -101,9 +101,9 @@ def check_engine(
         spec = group.kv_cache_spec
         layers = tuple(group.layer_names)
         if type(spec) is attention and getattr(spec, "sliding_window", None) is None:
-            groups.append(LayerGroup(layers, False, int(spec.block_size)))
+            groups.append(LayerGroup(layers, False, int(getattr(spec, "block_size", 0))))
         elif type(spec) is mamba and getattr(spec, "mamba_cache_mode", "none") == "none":
-            groups.append(LayerGroup(layers, True, int(spec.block_size)))
+            groups.append(LayerGroup(layers, True, int(getattr(spec, "block_size", 0))))
         else:
             raise UnsupportedEngineError(
                 f"KV cache group {number} ({type(spec).__name__}, layers {list(layers)[:3]}) "

@@ -90,9 +90,7 @@ class SlotStore:
 
     @staticmethod
     def _picked(group: LayerGroup, ids: tuple[int, ...], length: int) -> torch.Tensor:
-        if group.ssm:  # the request's running state block: its last block
-            chosen = list(ids[-1:])
-        else:
-            chosen = list(ids[: -(-length // group.block_size)])
+        # SSM state: the request's running state block, its last; attention: the blocks
+        # covering the prefix.
+        chosen = list(ids[-1:]) if group.ssm else list(ids[: -(-length // group.block_size)])
         return torch.tensor(chosen, dtype=torch.long)
-
