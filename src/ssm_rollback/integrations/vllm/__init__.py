@@ -10,12 +10,11 @@ Needs the ``vllm`` extra (its own environment: vLLM pins its own
 from __future__ import annotations
 
 from ._connector import SsmPrefixConnector, SsmPrefixMetadata
-from ._options import DEFAULT_PREFIX_SLOTS, StaleSlotLoadError, UnsupportedEngineError
+from ._options import DEFAULT_PREFIX_SLOTS, UnsupportedEngineError
 
 __all__ = [
     "DEFAULT_PREFIX_SLOTS",
     "SsmPrefixConnector",
     "SsmPrefixMetadata",
-    "StaleSlotLoadError",
     "UnsupportedEngineError",
 ]

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..._errors import InvalidArgumentError, StaleSnapshotError, check_non_negative_int, describe
-from ._ops import SlotCopy
+from ..._errors import InvalidArgumentError, check_non_negative_int, describe
 from ._scheduler import RequestOptions
 from ._store import LayerGroup
 
 __all__ = [
     "DEFAULT_PREFIX_SLOTS",
-    "StaleSlotLoadError",
     "UnsupportedEngineError",
     "check_engine",
     "prefix_slots",
@@ -28,16 +26,6 @@ class UnsupportedEngineError(InvalidArgumentError):
     Raised when the engine starts, before any request runs; the message names
     the setting.
     """
-
-
-class StaleSlotLoadError(StaleSnapshotError):
-    """A load named a shared slot that no longer holds its ticket; nothing was copied."""
-
-    def __init__(self, copy: SlotCopy) -> None:
-        super().__init__(
-            f"request {copy.req_id!r}: shared slot {copy.slot} does not hold ticket "
-            f"{copy.ticket} (length {copy.length}); nothing was loaded"
-        )
 
 
 def prefix_slots(extra: Mapping[str, object] | None) -> int:
