@@ -86,7 +86,7 @@ _PRELOAD = textwrap.dedent(
             try:
                 importlib.import_module(name)
             except ImportError as error:
-                if getattr(error, "name", None) in ("xgrammar", "llguidance", "matplotlib"):
+                if getattr(error, "name", None) in ("xgrammar", "llguidance", "matplotlib", "vllm"):
                     os._exit(0)  # an optional extra this machine lacks
                 traceback.print_exc()
                 os._exit(1)
