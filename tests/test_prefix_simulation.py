@@ -190,6 +190,7 @@ def test_twenty_thousand_requests_restore_exactly_what_a_fresh_prefill_computes(
         ("chat", 9000, "app", "benefit", 8),
         ("chat", 2000, "vllm-align", "lru", 8),
         ("agentic", 1500, "app", "lru", 6),
+        ("agentic", 1000, "app-branches", "benefit", 6),
         ("agentic", 1000, "trtllm", "benefit", 6),
         ("branching", 4500, "app", "benefit", 4),
         ("branching", 1000, "sglang", "lru", 4),

@@ -109,7 +109,7 @@ def replay(
         length = len(tokens)
         found = index.match(tokens)
         start = 0 if found is None else found.length
-        at = engines.prefill(rule, length, start, request.branch_points())
+        at = engines.prefill(rule, length, start, request.message_ends(), request.branch_points())
         plan = index.plan_prefill(0, tokens, publish_at=at)
         full = tokens + list(request.output)
         live = _Live(full, plan.start, (), True)

@@ -18,7 +18,7 @@ import attrs
 from ..._errors import InvalidArgumentError
 from ...prefix import EVICTIONS, Eviction
 from ._replay import RuleResult, replay, replay_oracle
-from ._rules import RULES, EngineSettings, RuleName
+from ._rules import APP_RULES, RULES, EngineSettings, RuleName
 from ._trace import TraceParams, generate
 
 __all__ = ["SimulationOptions", "SimulationReport", "plot", "simulate"]
@@ -132,14 +132,14 @@ class SimulationReport:
         return "\n".join(lines)
 
     def _app_against_the_rest(self, slots: int) -> list[str]:
-        """Per eviction: the app rule's prefill over the best engine rule's, and the oracle's."""
+        """Per app rule and eviction: its prefill over the best engine rule's, and the oracle's."""
         results = self.at(slots)
-        engines = [r for r in results if r.rule != "app"]
+        engines = [r for r in results if r.rule not in APP_RULES]
         if not engines:
             return []
         best = min(engines, key=lambda r: r.prefill_tokens)
         lines = []
-        for app in (r for r in results if r.rule == "app"):
+        for app in (r for r in results if r.rule in APP_RULES):
             to_best = app.prefill_tokens / best.prefill_tokens if best.prefill_tokens else 1.0
             to_oracle = (
                 app.prefill_tokens / self.oracle.prefill_tokens

@@ -17,10 +17,21 @@ import attrs
 from ... import prefix
 from ..._errors import InvalidArgumentError
 
-__all__ = ["RULES", "EngineSettings", "RuleName"]
+__all__ = ["APP_RULES", "RULES", "EngineSettings", "RuleName"]
 
-RuleName = Literal["app", "vllm-align", "sglang", "trtllm", "llamacpp"]
-RULES: Final[tuple[RuleName, ...]] = ("app", "vllm-align", "sglang", "trtllm", "llamacpp")
+RuleName = Literal["app", "app-branches", "vllm-align", "sglang", "trtllm", "llamacpp"]
+RULES: Final[tuple[RuleName, ...]] = (
+    "app",
+    "app-branches",
+    "vllm-align",
+    "sglang",
+    "trtllm",
+    "llamacpp",
+)
+#: The application's rules: ``app`` publishes at every message end (SPEC 13), ``app-branches``
+#: only at the message ends where the application expects requests to branch off
+#: (``Request.branch_points``). Both publish the prompt end minus one and each output's end.
+APP_RULES: Final[frozenset[str]] = frozenset({"app", "app-branches"})
 
 
 def _at_least(least: int) -> Callable[[EngineSettings, attrs.Attribute[int], int], None]:
@@ -62,11 +73,18 @@ class EngineSettings:
         return "\n".join(f"{f.name}: {getattr(self, f.name)}" for f in attrs.fields(type(self)))
 
     def prefill(
-        self, rule: RuleName, length: int, start: int, message_ends: tuple[int, ...]
+        self,
+        rule: RuleName,
+        length: int,
+        start: int,
+        message_ends: tuple[int, ...],
+        branch_points: tuple[int, ...] = (),
     ) -> tuple[int, ...]:
         """The prompt positions ``rule`` shares in a prompt of ``length``, hit at ``start``."""
         if rule == "app":
             return prefix.app(length, message_ends=message_ends)
+        if rule == "app-branches":
+            return prefix.app(length, message_ends=branch_points)
         if rule == "vllm-align":
             return prefix.vllm_align(
                 length,
@@ -88,7 +106,7 @@ class EngineSettings:
 
     def decode(self, rule: RuleName, length: int, total: int) -> tuple[int, ...]:
         """The positions ``rule`` shares from the prompt end on; ``total`` counts the output."""
-        if rule == "app":  # the end of the output
+        if rule in APP_RULES:  # the end of the output
             return (total - 1,)
         if rule == "vllm-align":  # every block boundary decoding reaches, the prompt end included
             block = self.vllm_block_size
