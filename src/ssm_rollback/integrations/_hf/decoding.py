@@ -101,6 +101,23 @@ class Outputs:
     scores: bool = False
     logits: bool = False
 
+    def result(
+        self,
+        sequences: torch.Tensor,
+        report: GenerationReport,
+        scores: list[list[torch.Tensor]],
+        logits: list[list[torch.Tensor]],
+        pad: int | None,
+    ) -> GenerationResult:
+        """The decoders' answer: ``sequences`` and ``report``, with each row's per-token
+        ``scores`` and ``logits`` where the call asked for them."""
+        return GenerationResult(
+            sequences,
+            report,
+            scores=self.per_token(scores, pad) if self.scores else None,
+            logits=self.per_token(logits, pad) if self.logits else None,
+        )
+
     def per_token(
         self, rows: list[list[torch.Tensor]], pad: int | None
     ) -> tuple[torch.Tensor, ...]:

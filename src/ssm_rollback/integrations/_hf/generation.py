@@ -191,14 +191,12 @@ def backtracking_generate(
         outputs, counts, rows = _decode_rows(
             model, vocab, prompts, grammars, rules, slots, budget, progress, prefixes
         )
-        asked = passed.outputs
-        return GenerationResult(
+        return passed.outputs.result(
             sequences(prompts, outputs, pad),
             counts.freeze(),
-            scores=asked.per_token([row.scores for row in rows], pad) if asked.scores else None,
-            logits=asked.per_token([row.logits_after[: len(row.output)] for row in rows], pad)
-            if asked.logits
-            else None,
+            [row.scores for row in rows],
+            [row.logits_after[: len(row.output)] for row in rows],
+            pad,
         )
 
 

@@ -175,16 +175,12 @@ def speculative_generate(
             )
             publish_stream(prefixes, target, prompt, run.new)
             runs.append(run)
-        asked = passed.outputs
-        return GenerationResult(
+        return passed.outputs.result(
             sequences(prompts, [run.new for run in runs], pad),
             counts.freeze(),
-            scores=asked.per_token([run.scores[: len(run.new)] for run in runs], pad)
-            if asked.scores
-            else None,
-            logits=asked.per_token([run.logits[: len(run.new)] for run in runs], pad)
-            if asked.logits
-            else None,
+            [run.scores[: len(run.new)] for run in runs],
+            [run.logits[: len(run.new)] for run in runs],
+            pad,
         )
 
 
