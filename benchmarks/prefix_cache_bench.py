@@ -11,8 +11,10 @@ over 2,048 tokens, then four turns, one regenerate (the same prompt again)
 and one edit (the last user message replaced). Each request publishes every
 message end and its own prompt end minus one token (what a regenerate
 reuses), generates a 64-token greedy answer and publishes the state after
-it (``publish_generated``); the turn's answer becomes the assistant's
-message, so the next turn's prompt extends it and hits at its end.
+it and the end-of-message token the chat renders next
+(``publish_generated(..., followed_by=[END])``: one short forward pass once
+the answer is out, timed apart); the turn's answer becomes the assistant's
+message, so the next turn's prompt extends it and hits at the message end.
 
 - Time to first token: ``prepare`` + ``generate(cache=...)`` until its
   streamer gets the first new token, against plain ``model.generate``,
@@ -157,17 +159,24 @@ class Timings:
         self.cached: dict[str, list[float]] = {}
         self.reused: dict[str, int] = {}
         self.lengths: dict[str, int] = {}
+        self.closes: list[float] = []  # publish_generated's pass after each answer
         self.same = True
         self.peak = 0
         self.report = PrefixCacheReport()
 
 
 def answer(
-    m: Counted, cache: HybridPrefixCache | None, ids: list[int], publish: tuple[int, ...], new: int
+    m: Counted,
+    cache: HybridPrefixCache | None,
+    ids: list[int],
+    publish: tuple[int, ...],
+    new: int,
+    t: Timings,
 ) -> tuple[float, list[int]]:
     """Time to first token of a ``new``-token greedy answer, and the answer. With the cache:
-    ``prepare`` (publishing ``publish``), ``generate`` from it, then ``publish_generated``
-    (after the answer: the next turn starts from its end)."""
+    ``prepare`` (publishing ``publish``), ``generate`` from it, then ``publish_generated`` with
+    the end-of-message token (after the answer is out: the next turn starts at the message end;
+    that pass is timed into ``t.closes``, not into any time to first token)."""
     timer = FirstToken()
     started = time.perf_counter()
     if cache is None:
@@ -175,7 +184,9 @@ def answer(
     else:
         prepared = cache.prepare(ids, publish_at=publish)
         out = m.generate(ids, new, streamer=timer, cache=prepared)
-        cache.publish_generated([ids + out], prepared)
+        closing = time.perf_counter()
+        cache.publish_generated([ids + out], prepared, followed_by=[END])
+        t.closes.append(time.perf_counter() - closing)
     return timer.at - started, out
 
 
@@ -189,9 +200,9 @@ def chat_round(m: Counted, s: dict[str, int], smoke: bool, max_bytes: int, t: Ti
     def ask(name: str) -> list[int]:
         ids, ends = chat.prompt()
         publish = (*ends, len(ids) - 1)  # every message end, and what a regenerate reuses
-        t_plain, plain = answer(m, None, ids, publish, reply)
+        t_plain, plain = answer(m, None, ids, publish, reply, t)
         before = cache.report.tokens_reused
-        t_cached, cached = answer(m, cache, ids, publish, reply)
+        t_cached, cached = answer(m, cache, ids, publish, reply, t)
         t.plain.setdefault(name, []).append(t_plain)
         t.cached.setdefault(name, []).append(t_cached)
         t.reused[name] = cache.report.tokens_reused - before
@@ -230,6 +241,10 @@ def chat_section(m: Counted, s: dict[str, int], smoke: bool, rounds: int, max_by
             f"  {name:<12}{t.lengths[name]:>8}{t.reused[name]:>8}{p * 1e3:>10.1f}"
             f"{c * 1e3:>11.1f}{p / c:>8.1f}x"
         )
+    print(
+        f"  after each answer, off the next request's path: publish_generated with the end of "
+        f"the message, median {statistics.median(t.closes) * 1e3:.1f} ms"
+    )
     r = t.report
     print(
         f"  hits {r.hits}, misses {r.misses}, evictions {r.evictions}, declined {r.declined}; "

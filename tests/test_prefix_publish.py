@@ -18,9 +18,12 @@ pytest.importorskip("transformers")
 
 import torch
 from transformers import AutoModelForCausalLM
+from transformers.cache_utils import Cache
 from transformers.utils import logging as hf_logging
 
 from ssm_rollback import InvalidArgumentError
+from ssm_rollback._errors import InvalidArgumentTypeError
+from ssm_rollback.integrations._hf.cache_copy import _tensors
 from ssm_rollback.integrations.transformers import (
     HybridPrefixCache,
     backtracking_generate,
@@ -189,3 +192,126 @@ def test_a_prefill_chunk_computes_one_row_of_logits() -> None:
     finally:
         hook.remove()
     assert rows[-2:] == [1, 1]  # the chunks [0, 9) and [9, 19); the one before is the probe
+
+
+# -- followed_by: the message end computed after the answer, off the next turn's path ----------
+
+CLOSE = [7, 3]  # what a chat template renders after the answer (its end of message)
+
+
+def answered(m: torch.nn.Module, cache: HybridPrefixCache) -> tuple[torch.Tensor, Cache]:
+    """Turn one through ``model.generate``: its output and the cache it was given."""
+    ids = torch.tensor([randoms(12, 1)])
+    prepared = cache.prepare(ids)
+    out: torch.Tensor = m.generate(  # type: ignore[operator]
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=NEW,
+        do_sample=False,
+        cache=prepared,
+    )
+    return out, prepared
+
+
+def forward_widths(m: torch.nn.Module) -> tuple[list[int], torch.utils.hooks.RemovableHandle]:
+    widths: list[int] = []
+
+    def count(_: object, args: tuple[object, ...], kwargs: dict[str, object]) -> None:
+        ids = args[0] if args else kwargs.get("input_ids")
+        assert isinstance(ids, torch.Tensor)
+        widths.append(ids.shape[-1])
+
+    return widths, m.register_forward_pre_hook(count, with_kwargs=True)
+
+
+def test_followed_by_stores_the_message_end_in_one_forward_pass() -> None:
+    m = model("nemotron_h")
+    cache = HybridPrefixCache(m, max_bytes=BIG)
+    out, prepared = answered(m, cache)
+    held = [tensor.clone() for tensor in _tensors(prepared)]
+    widths, hook = forward_widths(m)
+    try:
+        stored = cache.publish_generated(out, prepared, followed_by=torch.tensor(CLOSE))
+    finally:
+        hook.remove()
+    assert stored == out.shape[1] + len(CLOSE)
+    assert widths == [1 + len(CLOSE)]  # the answer's last token and the close, one pass
+    assert [entry.length for entry in cache.entries()] == [stored]  # not the answer end too
+    assert all(map(torch.equal, _tensors(prepared), held))  # the caller's cache as it was
+    cache.check_valid()
+
+
+def test_the_next_turn_starts_at_the_message_end_and_equals_plain_generate() -> None:
+    m = model("nemotron_h")
+    cache = HybridPrefixCache(m, max_bytes=BIG)
+    out, prepared = answered(m, cache)
+    stored = cache.publish_generated(out, prepared, followed_by=CLOSE)
+    second = [*out[0].tolist(), *CLOSE, *randoms(4, 2)]
+    before = cache.report
+    widths, hook = forward_widths(m)
+    try:
+        ids = torch.tensor([second])
+        next_cache = cache.prepare(ids)
+    finally:
+        hook.remove()
+    assert widths == [len(second) - 1 - stored]  # the new message, one pass
+    assert cache.report.tokens_reused - before.tokens_reused == stored
+    with torch.no_grad():
+        from_hit = m(ids[:, -1:], cache=next_cache).logits[0, -1]
+        fresh = m(ids).logits[0, -1]
+    assert float((from_hit - fresh).abs().max()) <= TOLERANCE["nemotron_h"]
+    assert turn(m, cache, second, "generate") == plain(m, second)
+
+
+def test_followed_by_counts_what_it_computes_and_refreshes_a_held_message_end() -> None:
+    m = model("nemotron_h")
+    cache = HybridPrefixCache(m, max_bytes=BIG)
+    out, prepared = answered(m, cache)
+    computed = cache.report.tokens_computed
+    assert cache.publish_generated(out, prepared, followed_by=CLOSE) > 0
+    assert cache.report.tokens_computed == computed + 1 + len(CLOSE)
+    assert cache.publish_generated(out, prepared, followed_by=CLOSE) == 0  # held: refreshed
+    assert (len(cache), cache.report.published) == (1, 1)
+
+
+def test_followed_by_after_a_one_token_output_starts_from_nothing() -> None:
+    m = model("nemotron_h")
+    cache = HybridPrefixCache(m, max_bytes=BIG)
+    one = torch.tensor([[5]])
+    assert cache.publish_generated(one, cache.prepare(one), followed_by=CLOSE) == 3
+    ids = torch.tensor([[5, *CLOSE, 9]])
+    cache.prepare(ids)
+    assert cache.report.tokens_reused == 3
+
+
+@pytest.mark.parametrize(
+    ("followed_by", "error", "message"),
+    [
+        ("ab", InvalidArgumentTypeError, "'followed_by' must be a list, tuple or 1-D tensor"),
+        ({7}, InvalidArgumentTypeError, "'followed_by' must be a list, tuple or 1-D tensor"),
+        ([7, 128], InvalidArgumentError, r"'followed_by' must be token ids in \[0, 128\), got 128"),
+        ([7, -1], InvalidArgumentError, "'followed_by' must be token ids"),
+        ([True], InvalidArgumentTypeError, "'followed_by' must be"),
+        (torch.tensor([[7]]), InvalidArgumentTypeError, "'followed_by' must be a 1-D tensor"),
+    ],
+)
+def test_a_bad_followed_by_is_refused_with_nothing_stored(
+    followed_by: object, error: type[Exception], message: str
+) -> None:
+    m = model("nemotron_h")
+    cache = HybridPrefixCache(m, max_bytes=BIG)
+    out, prepared = answered(m, cache)
+    before = cache.report
+    with pytest.raises(error, match=message):
+        cache.publish_generated(out, prepared, followed_by=followed_by)
+    assert cache.report == before
+
+
+def test_followed_by_refuses_a_cache_that_does_not_stand_after_the_output() -> None:
+    m = model("nemotron_h")
+    cache = HybridPrefixCache(m, max_bytes=BIG)
+    out, prepared = answered(m, cache)
+    before = cache.report
+    with pytest.raises(InvalidArgumentError, match="'cache' must stand after exactly the 18"):
+        cache.publish_generated(torch.cat([out, out[:, -1:]], dim=1), prepared, followed_by=CLOSE)
+    assert cache.report == before

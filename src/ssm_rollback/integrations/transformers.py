@@ -26,7 +26,8 @@ from ._hf.chat import message_boundaries
 from ._hf.crop import crop_attention
 from ._hf.decoding import GenerationResult
 from ._hf.generation import GenerationReport, backtracking_generate
-from ._hf.prefix_cache import HybridPrefixCache, PrefixCacheReport
+from ._hf.prefix_cache import HybridPrefixCache
+from ._hf.prefix_report import PrefixCacheReport
 from ._hf.speculative import speculative_generate
 
 __all__ = [

@@ -10,7 +10,7 @@ picks), ``streaming`` (the ``streamer``, and the ``generate`` call),
 ``probe`` (whether a model's multi-token cached forward works),
 ``generation`` (``backtracking_generate``), ``speculative``
 (``speculative_generate``), ``scan_chunks`` (narrowed scans for short
-forwards), ``prefix_cache`` (``HybridPrefixCache``, over ``cache_copy``'s
+forwards), ``prefix_cache`` (``HybridPrefixCache`` and its ``prefix_report``, over ``cache_copy``'s
 whole-cache copies; ``prefix_models`` says which models it serves,
 ``prefix_use`` starts the decoders from it) and ``chat``
 (``message_boundaries``).

@@ -33,34 +33,15 @@ from ..._errors import (
     StaleSnapshotError,
     check_non_negative_int,
 )
-from .arguments import text_vocab_size
+from .arguments import text_vocab_size, token_ids
 from .cache_copy import cache_lengths, cache_nbytes, clone_cache
 from .chat import checked_positions
 from .prefix_models import check_continues, keeps_one_logit
+from .prefix_report import PrefixCacheReport
 from .prompts import read_prompts
 from .scan_chunks import ScanChunks
 
 __all__ = ["HybridPrefixCache", "PrefixCacheReport"]
-
-
-@attrs.frozen
-class PrefixCacheReport:
-    """What a ``HybridPrefixCache`` has done so far, and what it holds."""
-
-    #: ``prepare`` calls that started from a stored prefix, and those that did not.
-    hits: int = 0
-    misses: int = 0
-    #: Prompt tokens the hits did not compute, and those ``prepare`` computed.
-    tokens_reused: int = 0
-    tokens_computed: int = 0
-    #: Prefixes stored, evicted (for slots or for bytes), declined (would not fit).
-    published: int = 0
-    evictions: int = 0
-    declined: int = 0
-    #: Prefixes held now, their bytes, and the budget.
-    entries: int = 0
-    bytes_held: int = 0
-    max_bytes: int = 0
 
 
 @attrs.frozen(eq=False)  # holds a cache: compare by identity
@@ -170,15 +151,33 @@ class HybridPrefixCache:
         # A one-token prompt leaves nothing to compute: an empty cache, as generate makes.
         return cache if cache is not None else DynamicCache(config=self._config)
 
-    def publish_generated(self, sequences: object, cache: Cache) -> int:
+    def publish_generated(
+        self, sequences: object, cache: Cache, *, followed_by: object = ()
+    ) -> int:
         """Store ``cache`` after ``model.generate(..., cache=cache)`` returned ``sequences``.
 
         ``generate`` feeds every token but the last it returns, so the cache
         then stands after ``sequences[0][:-1]``: that prefix is stored, and the
-        next turn's prompt, which extends the answer, hits there. The length
-        stored under, or 0 (held already, declined, or nothing to store).
+        next turn's prompt, which extends the answer, hits there.
+
+        ``followed_by``: the tokens the next prompt has right after
+        ``sequences`` (a chat template's end of the assistant message). The
+        last token and these are computed now, in one forward pass on a copy
+        of ``cache``, and the prefix stored is ``sequences[0] + followed_by``:
+        the next turn then starts at the message end, and its first forward
+        pass is its new message alone. ``cache`` itself is left as it was.
+
+        The length stored under, or 0 (held already, declined, or nothing to store).
         """
-        return self.publish_state(self._prompt(sequences)[:-1], cache)
+        tokens = self._prompt(sequences)
+        after = token_ids("followed_by", followed_by, self._vocab, ordered=True)
+        if not after:
+            return self.publish_state(tokens[:-1], cache)
+        self._check_stands(tokens[:-1], cache)
+        start = clone_cache(cache) if len(tokens) > 1 else None
+        closed = self._forward(start, [tokens[-1], *after])
+        self._counts["tokens_computed"] += 1 + len(after)
+        return self._publish_whole([*tokens, *after], closed)
 
     def publish_state(self, tokens: Sequence[int], cache: Cache) -> int:
         """Store ``cache``, standing after exactly ``tokens``; the length stored under, or 0.
@@ -190,13 +189,20 @@ class HybridPrefixCache:
         if not tokens:
             return 0  # nothing to share
         tokens = self._prompt([list(tokens)])
+        self._check_stands(tokens, cache)
+        return self._publish_whole(tokens, cache)
+
+    def _check_stands(self, tokens: list[int], cache: Cache) -> None:
+        """Refuse a ``cache`` whose layers do not all hold ``len(tokens)`` tokens."""
         held = cache_lengths(cache)
-        if held != {len(tokens)}:
+        if tokens and held != {len(tokens)}:
             raise InvalidArgumentError(
                 f"'cache' must stand after exactly the {len(tokens)} tokens to store (all but "
                 f"the last of generate's output: pass the cache that generate call was given), "
                 f"got layers holding {sorted(held)} tokens: nothing stored"
             )
+
+    def _publish_whole(self, tokens: list[int], cache: Cache) -> int:
         before = self._counts["published"]
         self._publish(tokens, len(tokens), cache, None)
         return len(tokens) if self._counts["published"] > before else 0
