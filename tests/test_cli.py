@@ -159,6 +159,7 @@ def test_simulate_workload_prints_every_rule_and_the_trace_parameters() -> None:
             assert f"{rule}/{eviction}" in text
     assert "4 shared slots:" in text
     assert "8 shared slots:" in text
+    assert "x oracle@8 (clairvoyant)" in text  # the clairvoyant oracle at equal slots
 
 
 def test_simulate_workload_json_is_one_object_and_seeded() -> None:
@@ -169,6 +170,8 @@ def test_simulate_workload_json_is_one_object_and_seeded() -> None:
     assert data["params"]["requests"] == 40
     assert {row["slots"] for row in data["results"]} == {4, 8}
     assert all(row["mismatches"] == 0 for row in data["results"])
+    assert [row["label"] for row in data["clairvoyant"]] == ["oracle@4", "oracle@8"]
+    assert all(row["mismatches"] == 0 for row in data["clairvoyant"])
 
 
 @pytest.mark.parametrize(

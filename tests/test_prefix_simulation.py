@@ -1,4 +1,4 @@
-"""The prefix-snapshot placement simulation: trace generator, replay, exactness, report.
+"""The prefix-snapshot placement simulation: trace generator, replay, oracles, exactness, report.
 
 Traces here are the real workloads' shapes at a small token scale (tens of
 tokens per message instead of hundreds), so tens of thousands of requests
@@ -21,6 +21,8 @@ from ssm_rollback._apps.prefix_sim import (
     WORKLOADS,
     EngineSettings,
     Request,
+    RuleResult,
+    Segment,
     SimulationOptions,
     TraceParams,
     _replay,
@@ -28,6 +30,7 @@ from ssm_rollback._apps.prefix_sim import (
     plot,
     simulate,
 )
+from ssm_rollback._apps.prefix_sim._clairvoyant import replay_clairvoyant, targets
 
 SMALL: dict[str, dict[str, object]] = {
     "chat": {"system_tokens": 40, "user_tokens": 8, "output_tokens": 12, "sessions": 16},
@@ -231,6 +234,10 @@ def test_the_oracle_computes_the_least_and_every_rule_gets_equal_slots(workload:
     for result in report.at(0):  # no slots: every lookup misses, every publish is declined
         assert result.prefill_tokens == result.prompt_tokens
         assert result.hits == result.published == 0
+    assert [r.slots for r in report.clairvoyant] == [0, 4, 32]
+    for result in report.clairvoyant:
+        assert result.prefill_tokens >= report.oracle.prefill_tokens
+        assert result.mismatches == 0
 
 
 def test_prefill_tokens_per_rule_at_16_64_and_256_slots() -> None:
@@ -260,7 +267,10 @@ def test_the_report_has_a_text_form_json_and_plot_data() -> None:
         "app/benefit",
         "app/lru: ",
         "x the best engine rule (sglang/",
-        "x the oracle",
+        "x the oracle (unlimited slots), ",
+        "x oracle@16 (clairvoyant)",
+        "x oracle@8",
+        "oracle@N (clairvoyant at N slots",
         "samples: 3",
         "vllm_block_size: 16",
     ):
@@ -268,10 +278,15 @@ def test_the_report_has_a_text_form_json_and_plot_data() -> None:
     data = json.loads(json.dumps(report.to_dict()))
     assert data["params"]["workload"] == "branching"
     assert len(data["results"]) == 2 * 2 * 2
+    assert (data["oracle"]["label"], data["oracle"]["slots"]) == ("oracle", None)
+    clairvoyant = [(r["label"], r["slots"]) for r in data["clairvoyant"]]
+    assert clairvoyant == [("oracle@8", 8), ("oracle@16", 16)]
+    assert report.clairvoyant_at(16) is report.clairvoyant[1]
+    assert sum(line.startswith("oracle@16 ") for line in text.splitlines()) == 1  # its row
     series = report.series()
     assert set(series) == {"app/lru", "app/benefit", "sglang/lru", "sglang/benefit"}
     assert all([slots for slots, _ in points] == [8, 16] for points in series.values())
-    assert seen[-1] == (200 * 9, 200 * 9)
+    assert seen[-1] == (200 * 11, 200 * 11)  # 8 rule runs, the bound, 2 clairvoyant runs
 
 
 def test_plot_writes_a_png(tmp_path: Path) -> None:
@@ -315,3 +330,141 @@ def test_bad_options_are_named(change: dict[str, object], name: str) -> None:
 def test_bad_engine_settings_are_named(change: dict[str, object], name: str) -> None:
     with pytest.raises(InvalidArgumentError, match=name):
         EngineSettings(**change)  # type: ignore[arg-type]
+
+
+# -- the clairvoyant oracle at equal slots ------------------------------------------------------
+
+SHARED = Segment.after(None, tuple(range(100, 120)), message=True)  # 20 tokens
+OTHER = Segment.after(None, tuple(range(200, 230)), message=True)  # 30 tokens
+
+
+def one_request(parent: Segment, content: tuple[int, ...], output: tuple[int, ...]) -> Request:
+    return Request(0, "first", Segment.after(parent, content, message=True), output)
+
+
+def clairvoyant(trace: list[Request], slots: int) -> RuleResult:
+    return replay_clairvoyant(trace, targets(trace), slots=slots)
+
+
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_never_below_the_unlimited_bound_and_equal_to_it_with_ample_slots(workload: str) -> None:
+    trace = generate(small(workload, 300))
+    bound = _replay.replay_oracle(trace)
+    plan = targets(trace)
+    for slots in (0, 1, 2, 4, 16):
+        result = replay_clairvoyant(trace, plan, slots=slots)
+        assert result.prefill_tokens >= bound.prefill_tokens, slots
+        assert result.prompt_tokens == bound.prompt_tokens
+        assert result.published - result.evicted <= slots  # never more held than slots
+        assert result.mismatches == 0
+        assert result.label == f"oracle@{slots}"
+    none = replay_clairvoyant(trace, plan, slots=0)
+    assert none.prefill_tokens == none.prompt_tokens
+    assert none.hits == none.published == 0
+    ample = replay_clairvoyant(trace, plan, slots=10**6)
+    assert (ample.prefill_tokens, ample.hits, ample.tokens_reused) == (
+        bound.prefill_tokens,
+        bound.hits,
+        bound.tokens_reused,
+    )
+    assert ample.evicted == ample.mismatches == 0
+    assert ample.hits > len(trace) // 2
+
+
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_a_target_is_where_the_unlimited_bound_starts_its_request(workload: str) -> None:
+    """Each prefix a request feeds through is exactly where each of its users starts."""
+    trace = generate(small(workload, 200))
+    plan = targets(trace)
+    fed = [r.tokens() + list(r.output[:-1]) for r in trace]
+    seen: list[list[int]] = []
+    starts = []
+    for r, feeds in zip(trace, fed, strict=True):  # the bound's start, by brute force
+        tokens = r.tokens()
+        best = 0
+        for earlier in seen:
+            n = 0
+            while n < min(len(earlier), len(tokens) - 1) and earlier[n] == tokens[n]:
+                n += 1
+            best = max(best, n)
+        starts.append(best)
+        seen.append(feeds)
+    assert [name >= 0 for name in plan.target] == [start > 0 for start in starts]
+    checked = set()
+    for i, feeds in enumerate(fed):
+        assert list(plan.fed[i]) == sorted(plan.fed[i])  # root first
+        for depth, name in plan.fed[i]:
+            for j in plan.uses[name]:
+                assert plan.target[j] == name
+                assert starts[j] == depth
+                assert trace[j].tokens()[:depth] == feeds[:depth]
+                checked.add(j)
+    # Every target is fed by some request (the earliest that fed it computed it).
+    assert checked == {j for j, start in enumerate(starts) if start}
+    assert len(checked) > len(trace) // 2
+
+
+def test_one_slot_keeps_the_snapshot_used_next() -> None:
+    a = one_request(SHARED, (1000, 1001), (1002, 3))
+    b = one_request(OTHER, (2000, 2001), (2002, 3))
+    c = one_request(SHARED, (3000, 3001), (3002, 3))
+    d = one_request(OTHER, (4000, 4001), (4002, 3))
+    # The shared prompt is used first: the other one, used later, is not placed.
+    result = clairvoyant([a, b, c, d], 1)
+    assert (result.hits, result.tokens_reused, result.published, result.evicted) == (1, 20, 1, 0)
+    assert result.prefill_tokens == 22 + 32 + 2 + 32
+    # The other prompt is used first: it replaces the shared one.
+    result = clairvoyant([a, b, d, c], 1)
+    assert (result.hits, result.tokens_reused, result.published, result.evicted) == (1, 30, 2, 1)
+    assert result.prefill_tokens == 22 + 32 + 2 + 22
+    assert result.mismatches == 0
+
+
+def test_a_snapshot_past_its_last_use_gives_way() -> None:
+    a = one_request(SHARED, (1000, 1001), (1002, 3))
+    c = one_request(SHARED, (3000, 3001), (3002, 3))  # the shared prompt's last use
+    b = one_request(OTHER, (2000, 2001), (2002, 3))
+    d = one_request(OTHER, (4000, 4001), (4002, 3))
+    result = clairvoyant([a, c, b, d], 1)
+    assert (result.hits, result.tokens_reused, result.published, result.evicted) == (2, 50, 2, 1)
+
+
+def test_a_full_set_of_slots_drops_the_snapshot_used_furthest() -> None:
+    """Belady's rule counts hits, not tokens: here it drops the longer prefix, used last."""
+    third = Segment.after(None, tuple(range(300, 325)), message=True)  # 25 tokens
+    firsts = [
+        one_request(p, (1000 + k, 1001 + k), (1002 + k, 3))
+        for k, p in enumerate((SHARED, OTHER, third))
+    ]
+    uses = [
+        one_request(p, (2000 + k, 2001 + k), (2002 + k, 3))
+        for k, p in enumerate((third, SHARED, OTHER))
+    ]
+    # Two slots: the third prompt is used next, the shared one then, the other one last.
+    result = clairvoyant([*firsts, *uses], 2)
+    assert (result.hits, result.tokens_reused, result.evicted) == (2, 25 + 20, 1)
+
+
+def test_a_request_places_only_positions_it_feeds() -> None:
+    """A request that restores past a prefix cannot snapshot that prefix."""
+    first = one_request(SHARED, (1000, 1001), (1002, 1003, 3))
+    history = Segment.after(first.prompt, first.output, message=True)
+    turn = one_request(history, (1004, 1005), (1006, 3))  # starts after first's fed tokens
+    other = one_request(SHARED, (2000, 2001), (2002, 3))  # wants the shared prompt only
+    trace = [first, turn, other]
+    # One slot: first places the turn's start (used sooner); the turn restores past the
+    # shared prompt, so nobody can place it for the last request.
+    result = clairvoyant(trace, 1)
+    assert (result.hits, result.tokens_reused) == (1, 24)
+    assert result.prefill_tokens == 22 + (len(turn.tokens()) - 24) + 22
+    # Two slots: first places both.
+    assert clairvoyant(trace, 2).tokens_reused == 24 + 20
+
+
+def test_the_clairvoyant_exactness_check_bites(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A save of the state one token too far is caught at the next restore of that slot."""
+    late = _replay._Live.at
+    monkeypatch.setattr(_replay._Live, "at", lambda self, length: late(self, length + 1))
+    result = clairvoyant(generate(small("chat", 300)), 8)
+    assert result.hits > 0
+    assert result.mismatches == result.hits

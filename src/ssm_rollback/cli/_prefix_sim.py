@@ -1,8 +1,9 @@
 """``ssm-rollback simulate --workload W``: where to place prefix snapshots (SPEC 13).
 
 Replays a synthetic multi-request trace under the application's placement
-rule and each engine's, at equal shared slots, beside the oracle; prints
-the generator's parameters with the result.
+rule and each engine's, at equal shared slots, beside the oracles (the
+unlimited bound, and the clairvoyant one at each slot count); prints the
+generator's parameters with the result.
 """
 
 from __future__ import annotations
@@ -44,15 +45,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--workload",
         choices=WORKLOADS,
         help="prefix-snapshot placement instead of ring depths: replay a synthetic "
-        "multi-request trace of this kind under each placement rule",
+        "multi-request trace of this kind under each placement rule, beside the oracle "
+        "(unlimited slots) and the clairvoyant oracle@N (N slots, Belady's eviction)",
     )
     add(
         "--prefix-slots",
         metavar="N[,N...]",
         type=_slots,
         default=None,
-        help="with --workload: shared slots, equal for every rule "
-        f"(default {','.join(map(str, DEFAULT_PREFIX_SLOTS))})",
+        help="with --workload: shared slots, equal for every rule and the clairvoyant "
+        f"oracle (default {','.join(map(str, DEFAULT_PREFIX_SLOTS))})",
     )
     add(
         "--requests",

@@ -2,9 +2,12 @@
 
 Synthetic ``chat``, ``agentic`` and ``branching`` traces (``_trace``) are
 replayed through ``PrefixSnapshotIndex`` under the application's rule and the
-engines' fixed rules at equal shared slots, beside the oracle (``_replay``,
-``_rules``); ``simulate(SimulationOptions(...))`` returns a report with a text
-form and plot data (``_report``). A command line builds the options and
+engines' fixed rules at equal shared slots (``_replay``, ``_rules``), beside
+two oracles: the unlimited bound (every position kept, unlimited slots) and
+the clairvoyant oracle at each slot count (``_clairvoyant``: Belady's
+eviction over the prefixes later requests reuse).
+``simulate(SimulationOptions(...))`` returns a report with a text form and
+plot data (``_report``). A command line builds the options and
 prints ``report.render()``.
 """
 

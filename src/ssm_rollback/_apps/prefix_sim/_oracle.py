@@ -1,4 +1,4 @@
-"""The oracle's memory: every prefix of every sequence computed so far, without limit.
+"""The oracles' memory: every prefix of every sequence computed so far, without limit.
 
 A radix tree whose edges are runs of token ids: ``longest`` walks one node
 per branch point and compares each edge with one slice comparison (a binary
@@ -40,6 +40,22 @@ class PrefixSet:
                 return depth
             node = child
         return limit
+
+    def edges(self, tokens: Sequence[int], size: int) -> list[tuple[object, int]]:
+        """The edges ``tokens[:size]`` runs along, root first: ``(edge, depth at its end)``.
+
+        Only for a stored sequence (``add``-ed, or a prefix of one): the walk
+        follows each edge by its first token and skips the comparison of the
+        rest. An edge is an opaque key, the same for every sequence through it
+        until the next ``add`` (which may split it).
+        """
+        node, depth = self._root, 0
+        edges: list[tuple[object, int]] = []
+        while depth < size:
+            node = node.children[tokens[depth]]
+            depth += len(node.label)
+            edges.append((node, depth))
+        return edges
 
     def add(self, tokens: Sequence[int]) -> None:
         """Store every prefix of ``tokens``."""

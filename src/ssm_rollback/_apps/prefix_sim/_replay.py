@@ -37,7 +37,8 @@ class RuleResult:
     """What one rule did with a trace: prefill computed, hits, and the index's counters."""
 
     rule: str
-    #: ``None`` for the oracle (every position kept, unlimited slots).
+    #: ``None`` for the oracles: ``oracle`` with ``slots`` ``None`` (every position kept,
+    #: unlimited slots) and the clairvoyant one at ``slots`` (``_clairvoyant``).
     eviction: Eviction | None
     slots: int | None
     requests: int
@@ -52,8 +53,10 @@ class RuleResult:
 
     @property
     def label(self) -> str:
-        """``rule/eviction``, or ``oracle``."""
-        return self.rule if self.eviction is None else f"{self.rule}/{self.eviction}"
+        """``rule/eviction``; ``oracle`` (unlimited slots), ``oracle@N`` (clairvoyant, N slots)."""
+        if self.eviction is not None:
+            return f"{self.rule}/{self.eviction}"
+        return self.rule if self.slots is None else f"{self.rule}@{self.slots}"
 
     @property
     def hit_rate(self) -> float:

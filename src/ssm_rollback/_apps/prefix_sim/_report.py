@@ -1,7 +1,9 @@
 """The simulation's entry point and what it returns: options in, a report out.
 
 ``simulate(options)`` generates the trace, replays it under every rule and
-eviction policy at every shared-slot count, plus the oracle, and returns a
+eviction policy at every shared-slot count, beside two oracles - the
+unlimited bound (every position kept, unlimited slots) and the clairvoyant
+one at each slot count (``_clairvoyant``) - and returns a
 ``SimulationReport``: ``render()`` for a person, ``to_dict()`` for JSON,
 ``series()`` for a plot, which ``plot(report, path)`` draws (matplotlib is
 imported only there).
@@ -17,6 +19,7 @@ import attrs
 
 from ..._errors import InvalidArgumentError
 from ...prefix import EVICTIONS, Eviction
+from ._clairvoyant import replay_clairvoyant, targets
 from ._replay import RuleResult, replay, replay_oracle
 from ._rules import APP_RULES, RULES, EngineSettings, RuleName
 from ._trace import TraceParams, generate
@@ -70,18 +73,25 @@ class SimulationOptions:
 
 @attrs.frozen(kw_only=True)
 class SimulationReport:
-    """Every rule's result at every slot count, the oracle's, and what produced them."""
+    """Every rule's result at every slot count, the oracles', and what produced them."""
 
     params: TraceParams
     engines: EngineSettings
     #: How many requests of each kind the trace holds (first, turn, regenerate, ...).
     kinds: tuple[tuple[str, int], ...]
+    #: The unlimited bound: every position kept, unlimited slots (label ``oracle``).
     oracle: RuleResult
     results: tuple[RuleResult, ...]
+    #: The clairvoyant oracle at each slot count (label ``oracle@N``), Belady's eviction.
+    clairvoyant: tuple[RuleResult, ...] = ()
 
     def at(self, slots: int) -> tuple[RuleResult, ...]:
-        """The results at ``slots`` shared slots."""
+        """The rules' results at ``slots`` shared slots."""
         return tuple(r for r in self.results if r.slots == slots)
+
+    def clairvoyant_at(self, slots: int) -> RuleResult | None:
+        """The clairvoyant oracle's result at ``slots`` shared slots, if it ran."""
+        return next((r for r in self.clairvoyant if r.slots == slots), None)
 
     def series(self) -> dict[str, list[tuple[int, int]]]:
         """Plot data: for each ``rule/eviction``, ``(slots, prefill tokens)`` by slot count."""
@@ -99,10 +109,11 @@ class SimulationReport:
             "kinds": dict(self.kinds),
             "oracle": _row(self.oracle),
             "results": [_row(r) for r in self.results],
+            "clairvoyant": [_row(r) for r in self.clairvoyant],
         }
 
     def render(self) -> str:
-        """Parameters, then one table per slot count: prefill computed per rule vs the oracle."""
+        """Parameters, then one table per slot count: prefill computed per rule vs the oracles."""
         o = self.oracle
         lines = [
             f"workload {self.params.workload}: {o.requests:,} requests, "
@@ -115,42 +126,57 @@ class SimulationReport:
             f"oracle (every position kept, unlimited slots): {o.prefill_tokens:,} prefill tokens, "
             f"hit rate {100 * o.hit_rate:.1f}%",
         ]
-        header = (
-            f"{'rule':<20} {'prefill tokens':>14} {'x oracle':>8} {'hit %':>6} "
-            f"{'reused':>12} {'evicted':>8} {'declined':>8} {'mismatch':>8}"
-        )
-        for slots in sorted({r.slots for r in self.results if r.slots is not None}):
-            lines += ["", f"{slots} shared slots:", header]
-            for r in sorted(self.at(slots), key=lambda r: r.prefill_tokens):
-                ratio = r.prefill_tokens / o.prefill_tokens if o.prefill_tokens else 1.0
+        if self.clairvoyant:
+            lines.append(
+                "oracle@N (clairvoyant at N slots: Belady's eviction over the prefixes later "
+                "requests reuse; a strong baseline, not a proven optimum): in each table"
+            )
+        counts = {r.slots for r in (*self.results, *self.clairvoyant) if r.slots is not None}
+        for slots in sorted(counts):
+            clairvoyant = self.clairvoyant_at(slots)
+            lines += ["", f"{slots} shared slots:", self._header(slots, clairvoyant)]
+            rows = (*self.at(slots), *([] if clairvoyant is None else [clairvoyant]))
+            for r in sorted(rows, key=lambda r: r.prefill_tokens):
+                against = "" if clairvoyant is None else f" {_ratio(r, clairvoyant):>12.2f}"
                 lines.append(
-                    f"{r.label:<20} {r.prefill_tokens:>14,} {ratio:>8.2f} "
+                    f"{r.label:<20} {r.prefill_tokens:>14,} {_ratio(r, o):>8.2f}{against} "
                     f"{100 * r.hit_rate:>6.1f} {r.tokens_reused:>12,} {r.evicted:>8,} "
                     f"{r.declined:>8,} {r.mismatches:>8,}"
                 )
             lines += self._app_against_the_rest(slots)
         return "\n".join(lines)
 
+    @staticmethod
+    def _header(slots: int, clairvoyant: RuleResult | None) -> str:
+        against = "" if clairvoyant is None else f" {f'x oracle@{slots}':>12}"
+        return (
+            f"{'rule':<20} {'prefill tokens':>14} {'x oracle':>8}{against} {'hit %':>6} "
+            f"{'reused':>12} {'evicted':>8} {'declined':>8} {'mismatch':>8}"
+        )
+
     def _app_against_the_rest(self, slots: int) -> list[str]:
-        """Per app rule and eviction: its prefill over the best engine rule's, and the oracle's."""
+        """Per app rule and eviction: its prefill over the best engine rule's, and the oracles'."""
         results = self.at(slots)
         engines = [r for r in results if r.rule not in APP_RULES]
         if not engines:
             return []
         best = min(engines, key=lambda r: r.prefill_tokens)
+        clairvoyant = self.clairvoyant_at(slots)
         lines = []
         for app in (r for r in results if r.rule in APP_RULES):
-            to_best = app.prefill_tokens / best.prefill_tokens if best.prefill_tokens else 1.0
-            to_oracle = (
-                app.prefill_tokens / self.oracle.prefill_tokens
-                if self.oracle.prefill_tokens
-                else 1.0
+            line = (
+                f"{app.label}: {_ratio(app, best):.2f}x the best engine rule ({best.label}), "
+                f"{_ratio(app, self.oracle):.2f}x the oracle (unlimited slots)"
             )
-            lines.append(
-                f"{app.label}: {to_best:.2f}x the best engine rule ({best.label}), "
-                f"{to_oracle:.2f}x the oracle"
-            )
+            if clairvoyant is not None:
+                line += f", {_ratio(app, clairvoyant):.2f}x {clairvoyant.label} (clairvoyant)"
+            lines.append(line)
         return lines
+
+
+def _ratio(r: RuleResult, to: RuleResult) -> float:
+    """``r``'s prefill tokens over ``to``'s (1 when both are 0)."""
+    return r.prefill_tokens / to.prefill_tokens if to.prefill_tokens else 1.0
 
 
 def _row(r: RuleResult) -> dict[str, object]:
@@ -158,7 +184,7 @@ def _row(r: RuleResult) -> dict[str, object]:
 
 
 def simulate(options: SimulationOptions, progress: Progress | None = None) -> SimulationReport:
-    """The trace, replayed under every rule, eviction and slot count, and by the oracle."""
+    """The trace, replayed under every rule, eviction and slot count, and by the oracles."""
     if not isinstance(options, SimulationOptions):
         raise InvalidArgumentError(f"'options' must be a SimulationOptions, got {options!r}")
     trace = generate(options.params)
@@ -168,7 +194,7 @@ def simulate(options: SimulationOptions, progress: Progress | None = None) -> Si
         for rule in options.rules
         for eviction in options.evictions
     ]
-    total = len(trace) * (len(runs) + 1)
+    total = len(trace) * (len(runs) + 1 + len(options.slots))
 
     def report(base: int) -> Callable[[int], None] | None:
         if progress is None:
@@ -188,6 +214,12 @@ def simulate(options: SimulationOptions, progress: Progress | None = None) -> Si
                 progress=report(i * len(trace)),
             )
         )
+    plan = targets(trace)
+    clairvoyant = []
+    for i, slots in enumerate(options.slots, start=len(runs) + 1):
+        clairvoyant.append(
+            replay_clairvoyant(trace, plan, slots=slots, progress=report(i * len(trace)))
+        )
     if progress is not None:
         progress(total, total)
     kinds = Counter(request.kind for request in trace)
@@ -197,11 +229,14 @@ def simulate(options: SimulationOptions, progress: Progress | None = None) -> Si
         kinds=tuple(kinds.most_common()),
         oracle=oracle,
         results=tuple(results),
+        clairvoyant=tuple(clairvoyant),
     )
 
 
 def plot(report: SimulationReport, path: str | Path) -> None:
-    """Draw prefill tokens computed per rule against shared slots, the oracle dashed, as a PNG.
+    """Draw prefill tokens computed per rule against shared slots, the oracles in black, as a PNG.
+
+    The unlimited bound is a dashed line; the clairvoyant oracle at each slot count a dotted one.
 
     Needs matplotlib (``pip install 'ssm-rollback[plot]'``).
     """
@@ -218,7 +253,21 @@ def plot(report: SimulationReport, path: str | Path) -> None:
     for label, points in report.series().items():
         slots, tokens = zip(*points, strict=True)
         axis.plot(slots, [t / 1e6 for t in tokens], "o-", label=label)
-    axis.axhline(report.oracle.prefill_tokens / 1e6, color="black", linestyle="--", label="oracle")
+    axis.axhline(
+        report.oracle.prefill_tokens / 1e6,
+        color="black",
+        linestyle="--",
+        label="oracle (unlimited slots)",
+    )
+    if report.clairvoyant:
+        points = sorted((r.slots or 0, r.prefill_tokens) for r in report.clairvoyant)
+        axis.plot(
+            [n for n, _ in points],
+            [t / 1e6 for _, t in points],
+            "o:",
+            color="black",
+            label="oracle@N (clairvoyant)",
+        )
     axis.set_xscale("log", base=2)
     axis.set_xlabel("shared slots (equal for every rule)")
     axis.set_ylabel("prefill tokens computed (millions)")
