@@ -1,6 +1,6 @@
 """Prefix-snapshot placement simulation (SPEC 13): which rule computes the least prefill.
 
-Synthetic ``chat``, ``agentic`` and ``branching`` traces (``_trace``) are
+Synthetic ``chat``, ``agentic`` and ``branching`` traces (``_trace``, of ``_requests``) are
 replayed through ``PrefixSnapshotIndex`` under the application's rule and the
 engines' fixed rules at equal shared slots (``_replay``, ``_rules``), beside
 two oracles: the unlimited bound (every position kept, unlimited slots) and
@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from ._replay import RuleResult
 from ._report import SimulationOptions, SimulationReport, plot, simulate
+from ._requests import Request, RequestKind, Segment
 from ._rules import RULES, EngineSettings, RuleName
-from ._trace import WORKLOADS, Request, RequestKind, Segment, TraceParams, Workload, generate
+from ._trace import WORKLOADS, TraceParams, Workload, generate
 
 __all__ = [
     "RULES",

@@ -44,7 +44,7 @@ from ... import PrefixEntry, PrefixSnapshotIndex
 from ..._errors import InvariantError
 from ._oracle import PrefixSet
 from ._replay import Progress, RuleResult, _Live, _StandInPool
-from ._trace import Request
+from ._requests import Request
 
 __all__ = ["Targets", "replay_clairvoyant", "targets"]
 

@@ -24,8 +24,8 @@ import attrs
 from ... import PrefixSnapshotIndex, SsmPrefixRestore, SsmPrefixSave
 from ...prefix import Eviction
 from ._oracle import PrefixSet
+from ._requests import Request
 from ._rules import EngineSettings, RuleName
-from ._trace import Request
 
 __all__ = ["RuleResult", "replay", "replay_oracle"]
 

@@ -1,10 +1,8 @@
 """Synthetic multi-request traces: ``chat``, ``agentic`` and ``branching`` traffic.
 
 A trace is the ordered list of requests a server receives from many
-sessions at once. Each prompt is a chain of messages in a chat template
-(a role header, the content, an end token); messages shared between
-requests are the same ``Segment`` objects, so a trace of long prompts costs
-only its distinct tokens. Content tokens are fresh ids from a counter:
+sessions at once (``_requests``: each prompt a chain of shared ``Segment``
+messages in a chat template). Content tokens are fresh ids from a counter:
 two different messages share only their template tokens, as real text
 diverges within a few tokens. Every parameter lives in one frozen
 ``TraceParams``; the same parameters and seed give the same trace.
@@ -15,88 +13,33 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Iterator
-from itertools import chain
 from typing import Final, Literal
 
 import attrs
 
 from ..._errors import InvalidArgumentError
+from ._requests import (
+    ASSISTANT,
+    END,
+    NEWLINE,
+    START,
+    SYSTEM,
+    TOOL,
+    USER,
+    Request,
+    RequestKind,
+    Segment,
+)
 
-__all__ = ["WORKLOADS", "Request", "RequestKind", "Segment", "TraceParams", "Workload", "generate"]
+__all__ = ["WORKLOADS", "TraceParams", "Workload", "generate"]
 
 Workload = Literal["chat", "agentic", "branching"]
 WORKLOADS: Final[tuple[Workload, ...]] = ("chat", "agentic", "branching")
-RequestKind = Literal["first", "turn", "regenerate", "edit", "step", "retry", "sample"]
-
-# Template tokens: a message is [START, role, NEWLINE] + content + [END].
-_START, _NEWLINE, _END = 1, 2, 3
-_SYSTEM, _USER, _ASSISTANT, _TOOL = 4, 5, 6, 7
 _FIRST_CONTENT: Final = 100
 # Lengths are lognormal (text lengths are heavy-tailed) with this sigma, at most
 # this many times their mean: the tail stays realistic without unbounded prompts.
 _SIGMA: Final = 1.0
 _LONGEST: Final = 8
-
-
-@attrs.frozen(eq=False)
-class Segment:
-    """One message (or a bare role header) of a prompt, after the segment ``parent``."""
-
-    parent: Segment | None = attrs.field(repr=False)
-    tokens: tuple[int, ...] = attrs.field(repr=False)
-    #: The prompt length at this segment's end; whether that end closes a message.
-    end: int
-    message: bool
-
-    @classmethod
-    def after(cls, parent: Segment | None, tokens: tuple[int, ...], *, message: bool) -> Segment:
-        """The segment holding ``tokens`` right after ``parent``."""
-        return cls(parent, tokens, (0 if parent is None else parent.end) + len(tokens), message)
-
-    def chain(self) -> list[Segment]:
-        """The segments from the prompt start to this one."""
-        segments = []
-        node: Segment | None = self
-        while node is not None:
-            segments.append(node)
-            node = node.parent
-        segments.reverse()
-        return segments
-
-
-@attrs.frozen
-class Request:
-    """One request: its session, why it was sent, its prompt and the output it decodes."""
-
-    session: int
-    kind: RequestKind
-    prompt: Segment = attrs.field(repr=False)
-    output: tuple[int, ...] = attrs.field(repr=False)
-
-    def tokens(self) -> list[int]:
-        """The prompt's token ids."""
-        return list(chain.from_iterable(segment.tokens for segment in self.prompt.chain()))
-
-    def message_ends(self) -> tuple[int, ...]:
-        """Where the prompt's messages end: the positions an application knows."""
-        return tuple(segment.end for segment in self.prompt.chain() if segment.message)
-
-    def branch_points(self) -> tuple[int, ...]:
-        """The message ends where an application expects other requests to diverge.
-
-        The ends of the shared messages (system prompt, tool schemas: other
-        sessions start there) and of the history before the newest message
-        (an edit rewrites that message). The history's older message ends are
-        left out: the conversation went on past each of them, so the request
-        that could branch there is an edit of an old message, which none of
-        the workloads sends. Publishing them all was measured to compute more
-        prefill, not less: every miss re-placed a conversation's whole history
-        and evicted what the next turns needed.
-        """
-        messages = [segment for segment in self.prompt.chain() if segment.message]
-        shared = {s.end for s in messages if s.tokens[:2] == (_START, _SYSTEM)}
-        newest = {messages[-2].end} if len(messages) >= 2 else set()
-        return tuple(sorted(shared | newest))
 
 
 def _rate(_: TraceParams, attribute: attrs.Attribute[float], value: float) -> None:
@@ -255,12 +198,12 @@ class _Trace:
     def __attrs_post_init__(self) -> None:
         self.rng = random.Random(self.params.seed)
         self.systems = [
-            self.message(None, _SYSTEM, self.params.system_tokens)
+            self.message(None, SYSTEM, self.params.system_tokens)
             for _ in range(self.params.system_prompts)
         ]
         for s, system in enumerate(self.systems):
             for t in range(self.params.tool_schemas):
-                self.tools[s, t] = self.message(system, _SYSTEM, self.params.tool_tokens)
+                self.tools[s, t] = self.message(system, SYSTEM, self.params.tool_tokens)
 
     def requests(self) -> Iterator[Request]:
         """Interleave sessions: each request comes from a random session in flight."""
@@ -286,7 +229,7 @@ class _Trace:
         turns = self.geometric(p.turns)
         kind: RequestKind = "first"
         while True:
-            prompt = self.header(self.message(history, _USER, p.user_tokens))
+            prompt = self.header(self.message(history, USER, p.user_tokens))
             output = self.output()
             yield Request(session, kind, prompt, output)
             while self.rng.random() < p.regenerate_rate:
@@ -305,7 +248,7 @@ class _Trace:
         p = self.params
         system = self.rng.randrange(p.system_prompts)
         base = self.tools[system, self.rng.randrange(p.tool_schemas)] if p.tool_schemas else None
-        context = self.message(base or self.systems[system], _USER, p.user_tokens)
+        context = self.message(base or self.systems[system], USER, p.user_tokens)
         kind: RequestKind = "first"
         for step in range(self.geometric(p.turns)):
             if step:
@@ -317,11 +260,11 @@ class _Trace:
                 output = self.output()
                 yield Request(session, "retry", prompt, output)
             done = Segment.after(prompt, output, message=True)
-            context = self.message(done, _TOOL, p.tool_result_tokens or 1)
+            context = self.message(done, TOOL, p.tool_result_tokens or 1)
 
     def branching(self, session: int) -> Iterator[Request]:
         p = self.params
-        problem = self.message(self.rng.choice(self.systems), _USER, p.user_tokens)
+        problem = self.message(self.rng.choice(self.systems), USER, p.user_tokens)
         frontier = [self.header(problem)]
         for depth in range(round(p.turns)):
             children = []
@@ -333,21 +276,21 @@ class _Trace:
                     children.append(Segment.after(prompt, output, message=True))
             kept = self.rng.sample(children, min(p.beam, len(children)))
             frontier = [
-                self.header(self.message(child, _USER, p.tool_result_tokens or 1)) for child in kept
+                self.header(self.message(child, USER, p.tool_result_tokens or 1)) for child in kept
             ]
 
     # -- pieces ------------------------------------------------------------------
 
     def message(self, parent: Segment | None, role: int, mean: int) -> Segment:
         content = self.fresh(self.length(mean))
-        return Segment.after(parent, (_START, role, _NEWLINE, *content, _END), message=True)
+        return Segment.after(parent, (START, role, NEWLINE, *content, END), message=True)
 
     def header(self, parent: Segment) -> Segment:
         """The assistant header that ends a prompt: what the model answers after."""
-        return Segment.after(parent, (_START, _ASSISTANT, _NEWLINE), message=False)
+        return Segment.after(parent, (START, ASSISTANT, NEWLINE), message=False)
 
     def output(self) -> tuple[int, ...]:
-        return (*self.fresh(self.length(self.params.output_tokens)), _END)
+        return (*self.fresh(self.length(self.params.output_tokens)), END)
 
     def fresh(self, n: int) -> range:
         first = self.next_token

@@ -1,0 +1,95 @@
+"""A trace's requests: prompts as chains of chat-template messages, shared between requests.
+
+Each prompt is a chain of messages in a chat template (a role header, the
+content, an end token); messages shared between requests are the same
+``Segment`` objects, so a trace of long prompts costs only its distinct
+tokens. A ``Request`` says which positions an application knows (its
+message ends) and where it expects others to diverge (its branch points).
+"""
+
+from __future__ import annotations
+
+from itertools import chain
+from typing import Literal
+
+import attrs
+
+__all__ = [
+    "ASSISTANT",
+    "END",
+    "NEWLINE",
+    "START",
+    "SYSTEM",
+    "TOOL",
+    "USER",
+    "Request",
+    "RequestKind",
+    "Segment",
+]
+
+RequestKind = Literal["first", "turn", "regenerate", "edit", "step", "retry", "sample"]
+
+# Template tokens: a message is [START, role, NEWLINE] + content + [END].
+START, NEWLINE, END = 1, 2, 3
+SYSTEM, USER, ASSISTANT, TOOL = 4, 5, 6, 7  # the roles
+
+
+@attrs.frozen(eq=False)
+class Segment:
+    """One message (or a bare role header) of a prompt, after the segment ``parent``."""
+
+    parent: Segment | None = attrs.field(repr=False)
+    tokens: tuple[int, ...] = attrs.field(repr=False)
+    #: The prompt length at this segment's end; whether that end closes a message.
+    end: int
+    message: bool
+
+    @classmethod
+    def after(cls, parent: Segment | None, tokens: tuple[int, ...], *, message: bool) -> Segment:
+        """The segment holding ``tokens`` right after ``parent``."""
+        return cls(parent, tokens, (0 if parent is None else parent.end) + len(tokens), message)
+
+    def chain(self) -> list[Segment]:
+        """The segments from the prompt start to this one."""
+        segments = []
+        node: Segment | None = self
+        while node is not None:
+            segments.append(node)
+            node = node.parent
+        segments.reverse()
+        return segments
+
+
+@attrs.frozen
+class Request:
+    """One request: its session, why it was sent, its prompt and the output it decodes."""
+
+    session: int
+    kind: RequestKind
+    prompt: Segment = attrs.field(repr=False)
+    output: tuple[int, ...] = attrs.field(repr=False)
+
+    def tokens(self) -> list[int]:
+        """The prompt's token ids."""
+        return list(chain.from_iterable(segment.tokens for segment in self.prompt.chain()))
+
+    def message_ends(self) -> tuple[int, ...]:
+        """Where the prompt's messages end: the positions an application knows."""
+        return tuple(segment.end for segment in self.prompt.chain() if segment.message)
+
+    def branch_points(self) -> tuple[int, ...]:
+        """The message ends where an application expects other requests to diverge.
+
+        The ends of the shared messages (system prompt, tool schemas: other
+        sessions start there) and of the history before the newest message
+        (an edit rewrites that message). The history's older message ends are
+        left out: the conversation went on past each of them, so the request
+        that could branch there is an edit of an old message, which none of
+        the workloads sends. Publishing them all was measured to compute more
+        prefill, not less: every miss re-placed a conversation's whole history
+        and evicted what the next turns needed.
+        """
+        messages = [segment for segment in self.prompt.chain() if segment.message]
+        shared = {s.end for s in messages if s.tokens[:2] == (START, SYSTEM)}
+        newest = {messages[-2].end} if len(messages) >= 2 else set()
+        return tuple(sorted(shared | newest))
