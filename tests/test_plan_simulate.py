@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from ssm_rollback import InvalidArgumentError
-from ssm_rollback._apps.simulate import TraceEvent, parse_trace, replay, synthetic_trace
+from ssm_rollback._apps.decode_trace import TraceEvent, parse_trace, synthetic_trace
+from ssm_rollback._apps.simulate import replay
 from ssm_rollback.cli import main, parse_size
 from ssm_rollback.reserve import ENV_VAR, shipped_config
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from ssm_rollback import InvalidArgumentError
-from ssm_rollback._apps.simulate import TraceEvent, replay, synthetic_trace
+from ssm_rollback._apps.decode_trace import TraceEvent, synthetic_trace
+from ssm_rollback._apps.simulate import replay
 from ssm_rollback.cli import main
 from ssm_rollback.reserve import ENV_VAR
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, TextIO
 
-from .._apps.simulate import MAX_SPEC_TOKENS
+from .._apps.decode_trace import MAX_SPEC_TOKENS
 from .._errors import InvalidArgumentError
 from . import _prefix_sim
 from ._common import FlagError, human, int_flag, one_line, progress_bar, rate_flag
@@ -20,7 +20,8 @@ from ._files import MAX_TRACE_BYTES, read_file
 from ._model import MODEL_FLAGS, add_model_arguments, load_spec
 
 if TYPE_CHECKING:
-    from .._apps.simulate import DepthResult, TraceEvent
+    from .._apps.decode_trace import TraceEvent
+    from .._apps.simulate import DepthResult
 
 __all__ = ["DEFAULT_ACCEPT_RATE", "MAX_EVENTS", "add_parser", "run"]
 
@@ -232,7 +233,7 @@ def _check_speculation(args: argparse.Namespace) -> None:
 
 
 def _events(args: argparse.Namespace) -> tuple[list[TraceEvent], str]:
-    from .._apps.simulate import parse_trace, synthetic_trace
+    from .._apps.decode_trace import parse_trace, synthetic_trace
 
     if args.trace is not None:
         path, data = read_file("--trace", args.trace, limit=MAX_TRACE_BYTES)
