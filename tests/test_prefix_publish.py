@@ -315,3 +315,16 @@ def test_followed_by_refuses_a_cache_that_does_not_stand_after_the_output() -> N
     with pytest.raises(InvalidArgumentError, match="'cache' must stand after exactly the 18"):
         cache.publish_generated(torch.cat([out, out[:, -1:]], dim=1), prepared, followed_by=CLOSE)
     assert cache.report == before
+
+
+def test_followed_by_computes_nothing_when_nothing_can_be_stored() -> None:
+    m = model("nemotron_h")
+    cache = HybridPrefixCache(m, max_bytes=0)
+    out, prepared = answered(m, cache)
+    widths, hook = forward_widths(m)
+    try:
+        assert cache.publish_generated(out, prepared, followed_by=CLOSE) == 0
+    finally:
+        hook.remove()
+    assert widths == []
+    assert (len(cache), cache.report.published, cache.report.tokens_computed) == (0, 0, 11)

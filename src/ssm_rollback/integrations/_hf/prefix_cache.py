@@ -174,6 +174,8 @@ class HybridPrefixCache:
         if not after:
             return self.publish_state(tokens[:-1], cache)
         self._check_stands(tokens[:-1], cache)
+        if not self._index.capacity:
+            return 0  # nothing can be stored: compute nothing for it
         start = clone_cache(cache) if len(tokens) > 1 else None
         closed = self._forward(start, [tokens[-1], *after])
         self._counts["tokens_computed"] += 1 + len(after)
