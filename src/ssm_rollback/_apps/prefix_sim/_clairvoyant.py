@@ -42,8 +42,8 @@ import attrs
 
 from ... import PrefixEntry, PrefixSnapshotIndex
 from ..._errors import InvariantError
-from ._oracle import PrefixSet
-from ._replay import Progress, RuleResult, _Live, _StandInPool
+from ._oracle import Bound, unlimited_bound
+from ._replay import Progress, RuleResult, _StandInPool
 from ._requests import Request
 
 __all__ = ["Targets", "replay_clairvoyant", "targets"]
@@ -61,14 +61,11 @@ class Targets:
     fed: tuple[tuple[tuple[int, int], ...], ...]
 
 
-def targets(trace: Sequence[Request]) -> Targets:
-    """Every request's target, and the targets each request feeds through."""
-    tree = PrefixSet()
-    depths = []
-    for request in trace:
-        tokens = request.tokens()
-        depths.append(tree.longest(tokens, len(tokens) - 1))
-        tree.add(tokens + list(request.output[:-1]))  # the last output token is never fed
+def targets(trace: Sequence[Request], bound: Bound | None = None) -> Targets:
+    """Every request's target, and the targets each request feeds through (``bound``: the
+    unlimited bound's pass over ``trace``, made already)."""
+    bound = bound or unlimited_bound(trace)
+    tree, depths = bound.fed, bound.starts
     # The tree is complete: a prefix is named by the edge it ends on and its length.
     names: dict[tuple[object, int], int] = {}
     marks: dict[object, list[tuple[int, int]]] = {}  # edge -> (length, target) ending on it
@@ -159,13 +156,8 @@ def replay_clairvoyant(
         tokens = request.tokens()
         length = len(tokens)
         hit = index.plan_prefill(0, tokens)  # no positions: the oracle publishes below
-        full = tokens + list(request.output)
-        live = _Live(full, hit.start, (), True)
-        if hit.hit is not None:
-            restored = pool.restore(hit.hit.restore)
-            if restored is None or restored != tuple(tokens[: hit.start]):
-                mismatches += 1
-                live = _Live(full, hit.start, restored or (), False)
+        live = pool.start(hit, tokens + list(request.output))
+        mismatches += not live.exact
         index.release(hit)
         prompt_tokens += length
         prefill_tokens += length - hit.start
@@ -186,7 +178,7 @@ def replay_clairvoyant(
                     break  # every held snapshot is used sooner: the rest are used later still
                 index.discard(cache.drop(victim))
                 evicted += 1
-            save = index.publish(0, full, depth)
+            save = index.publish(0, live.tokens, depth)
             if save is None:
                 raise InvariantError(f"the oracle's target of {depth} tokens is live twice")
             pool.save(save, live.at(depth))

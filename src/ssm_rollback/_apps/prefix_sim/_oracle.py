@@ -8,9 +8,13 @@ costs C-speed work proportional to the query, whatever the trace length.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-__all__ = ["PrefixSet"]
+import attrs
+
+from ._requests import Request
+
+__all__ = ["Bound", "PrefixSet", "unlimited_bound"]
 
 
 class _Node:
@@ -90,3 +94,29 @@ def _shared(label: list[int], tokens: Sequence[int], start: int, limit: int) -> 
         else:
             high = middle
     return low
+
+
+@attrs.frozen(eq=False)  # holds a tree: compare by identity
+class Bound:
+    """The unlimited bound over a trace: where it starts each request, and all that was fed."""
+
+    #: Per request: the longest prefix of its prompt any earlier request fed (at most all
+    #: but its last token).
+    starts: tuple[int, ...]
+    #: Every prefix of every request's prompt and output but the last token (never fed).
+    fed: PrefixSet
+
+
+def unlimited_bound(
+    trace: Sequence[Request], progress: Callable[[int], None] | None = None
+) -> Bound:
+    """One pass over ``trace``: each request starts at the longest prefix fed before it."""
+    seen = PrefixSet()
+    starts = []
+    for done, request in enumerate(trace, start=1):
+        tokens = request.tokens()
+        starts.append(seen.longest(tokens, len(tokens) - 1))
+        seen.add(tokens + list(request.output[:-1]))  # the last output token is never fed
+        if progress is not None and done % 256 == 0:
+            progress(done)
+    return Bound(tuple(starts), seen)

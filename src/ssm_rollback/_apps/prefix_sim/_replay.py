@@ -21,9 +21,9 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
-from ... import PrefixSnapshotIndex, SsmPrefixRestore, SsmPrefixSave
+from ... import PrefillPlan, PrefixSnapshotIndex, SsmPrefixRestore, SsmPrefixSave
 from ...prefix import Eviction
-from ._oracle import PrefixSet
+from ._oracle import Bound, unlimited_bound
 from ._requests import Request
 from ._rules import EngineSettings, RuleName
 
@@ -77,6 +77,15 @@ class _StandInPool:
         held = self.slots.get(restore.slot)
         return held[1] if held is not None and held[0] == restore.ticket else None
 
+    def start(self, plan: PrefillPlan, full: list[int]) -> _Live:
+        """The row of ``full`` (prompt and output) once ``plan``'s hit is restored; ``exact``
+        says whether the restore gave the state a fresh computation of that prefix gives."""
+        if plan.hit is not None:
+            restored = self.restore(plan.hit.restore)
+            if restored is None or restored != tuple(full[: plan.start]):
+                return _Live(full, plan.start, restored or (), False)
+        return _Live(full, plan.start, (), True)
+
 
 @attrs.define
 class _Live:
@@ -114,21 +123,16 @@ def replay(
         start = 0 if found is None else found.length
         at = engines.prefill(rule, length, start, request.message_ends(), request.branch_points())
         plan = index.plan_prefill(0, tokens, publish_at=at)
-        full = tokens + list(request.output)
-        live = _Live(full, plan.start, (), True)
-        if plan.hit is not None:
-            restored = pool.restore(plan.hit.restore)
-            if restored is None or restored != tuple(tokens[: plan.start]):
-                mismatches += 1
-                live = _Live(full, plan.start, restored or (), False)
+        live = pool.start(plan, tokens + list(request.output))
+        mismatches += not live.exact
         for chunk in plan.chunks:  # fed up to chunk.end: now its save
             if chunk.save is not None:
                 pool.save(chunk.save, live.at(chunk.end))
         index.release(plan)
         prompt_tokens += length
         prefill_tokens += length - plan.start
-        for position in engines.decode(rule, length, len(full)):
-            save = index.publish(0, full, position)
+        for position in engines.decode(rule, length, len(live.tokens)):
+            save = index.publish(0, live.tokens, position)
             if save is not None:
                 pool.save(save, live.at(position))
         if progress is not None and done % 256 == 0:
@@ -150,28 +154,21 @@ def replay(
     )
 
 
-def replay_oracle(trace: Sequence[Request], progress: Progress | None = None) -> RuleResult:
-    """The least any placement can compute: reuse the longest prefix any earlier request fed."""
-    seen = PrefixSet()
-    prompt_tokens = prefill_tokens = hits = reused = 0
-    for done, request in enumerate(trace, start=1):
-        tokens = request.tokens()
-        length = len(tokens)
-        start = seen.longest(tokens, length - 1)
-        hits += start > 0
-        reused += start
-        prompt_tokens += length
-        prefill_tokens += length - start
-        seen.add(tokens + list(request.output[:-1]))  # the last output token is never fed
-        if progress is not None and done % 256 == 0:
-            progress(done)
+def replay_oracle(
+    trace: Sequence[Request], progress: Progress | None = None, *, bound: Bound | None = None
+) -> RuleResult:
+    """The least any placement can compute: reuse the longest prefix any earlier request fed
+    (``bound``: that pass, made already)."""
+    starts = (bound or unlimited_bound(trace, progress)).starts
+    prompt_tokens = sum(request.prompt.end for request in trace)  # the prompts' lengths
+    reused = sum(starts)
     return RuleResult(
         rule="oracle",
         eviction=None,
         slots=None,
         requests=len(trace),
         prompt_tokens=prompt_tokens,
-        prefill_tokens=prefill_tokens,
-        hits=hits,
+        prefill_tokens=prompt_tokens - reused,
+        hits=sum(start > 0 for start in starts),
         tokens_reused=reused,
     )

@@ -20,6 +20,7 @@ import attrs
 from ..._errors import InvalidArgumentError
 from ...prefix import EVICTIONS, Eviction
 from ._clairvoyant import replay_clairvoyant, targets
+from ._oracle import unlimited_bound
 from ._replay import RuleResult, replay, replay_oracle
 from ._rules import APP_RULES, RULES, EngineSettings, RuleName
 from ._trace import TraceParams, generate
@@ -201,7 +202,8 @@ def simulate(options: SimulationOptions, progress: Progress | None = None) -> Si
             return None
         return lambda done: progress(base + done, total)
 
-    oracle = replay_oracle(trace, report(0))
+    bound = unlimited_bound(trace, report(0))  # the oracle's pass, and the clairvoyant's
+    oracle = replay_oracle(trace, bound=bound)
     results = []
     for i, (slots, rule, eviction) in enumerate(runs, start=1):
         results.append(
@@ -214,7 +216,7 @@ def simulate(options: SimulationOptions, progress: Progress | None = None) -> Si
                 progress=report(i * len(trace)),
             )
         )
-    plan = targets(trace)
+    plan = targets(trace, bound)
     clairvoyant = []
     for i, slots in enumerate(options.slots, start=len(runs) + 1):
         clairvoyant.append(
