@@ -68,18 +68,27 @@ def no_reject(tokens: list[int]) -> int | None:
     return None
 
 
+def generated(
+    m: torch.nn.Module, cache: HybridPrefixCache, prompt: list[int]
+) -> tuple[torch.Tensor, Cache]:
+    """A greedy ``model.generate`` from ``cache.prepare``: its output and the cache it was given."""
+    ids = torch.tensor([prompt])
+    prepared = cache.prepare(ids)
+    out: torch.Tensor = m.generate(  # type: ignore[operator]
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=NEW,
+        do_sample=False,
+        cache=prepared,
+    )
+    return out, prepared
+
+
 def turn(m: torch.nn.Module, cache: HybridPrefixCache, prompt: list[int], path: str) -> list[int]:
     """One greedy turn through ``path`` from the prefix cache, its end state published."""
     ids = torch.tensor([prompt])
     if path == "generate":
-        prepared = cache.prepare(ids)
-        out: torch.Tensor = m.generate(  # type: ignore[operator]
-            ids,
-            attention_mask=torch.ones_like(ids),
-            max_new_tokens=NEW,
-            do_sample=False,
-            cache=prepared,
-        )
+        out, prepared = generated(m, cache, prompt)
         assert cache.publish_generated(out, prepared) == out.shape[1] - 1
         return list(out[0].tolist())
     if path == "speculative":
@@ -200,17 +209,8 @@ CLOSE = [7, 3]  # what a chat template renders after the answer (its end of mess
 
 
 def answered(m: torch.nn.Module, cache: HybridPrefixCache) -> tuple[torch.Tensor, Cache]:
-    """Turn one through ``model.generate``: its output and the cache it was given."""
-    ids = torch.tensor([randoms(12, 1)])
-    prepared = cache.prepare(ids)
-    out: torch.Tensor = m.generate(  # type: ignore[operator]
-        ids,
-        attention_mask=torch.ones_like(ids),
-        max_new_tokens=NEW,
-        do_sample=False,
-        cache=prepared,
-    )
-    return out, prepared
+    """Turn one through ``model.generate``, its state not published yet."""
+    return generated(m, cache, randoms(12, 1))
 
 
 def forward_widths(m: torch.nn.Module) -> tuple[list[int], torch.utils.hooks.RemovableHandle]:
