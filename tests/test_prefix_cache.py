@@ -128,6 +128,7 @@ def test_greedy_from_a_hit_equals_plain_generate(model_type: str) -> None:
     )
     assert diff <= TOLERANCE[model_type], (model_type, diff)
     assert plain(m, second, cache=cache.prepare(second)) == expected
+    assert plain(m, second, cache=cache.prepare(second, prefill_rest=False)) == expected
     assert (
         speculative_generate(m, second, max_new_tokens=NEW, prefix_cache=cache).sequences.tolist()
         == expected
@@ -136,8 +137,8 @@ def test_greedy_from_a_hit_equals_plain_generate(model_type: str) -> None:
         m, second, max_new_tokens=NEW, is_boundary=set(), reject=no_reject, prefix_cache=cache
     )
     assert result.sequences.tolist() == expected
-    assert cache.report.hits == 4
-    assert cache.report.tokens_reused == 4 * TRUNK
+    assert cache.report.hits == 5
+    assert cache.report.tokens_reused == 5 * TRUNK
     cache.check_valid()
 
 

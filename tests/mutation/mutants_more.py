@@ -414,8 +414,8 @@ MORE_MUTANTS: tuple[Mutant, ...] = (
     _hf(
         "stream_logits_of_the_queue_too",
         STREAM,
-        "out.logits[0, len(tokens) - len(ids) :, : self._vocab]",
-        "out.logits[0, :, : self._vocab]",
+        "first = -1 if last_only else len(tokens) - len(ids)",
+        "first = -1 if last_only else 0",
     ),
     _hf(
         "args_token_upper_bound_inclusive",

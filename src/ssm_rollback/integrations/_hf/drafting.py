@@ -67,7 +67,7 @@ class _Assistant:
             common = min(len(held), len(tokens))
         if common < len(held):
             stream.rewind(common)  # its last drafts were rejected, or differ from the output
-        logits = stream.feed(tokens[len(stream.fed) + len(stream.queued) :])[-1]
+        logits = stream.feed(tokens[len(stream.fed) + len(stream.queued) :], last_only=True)[-1]
         stream.checkpoint()
         drafts: list[int] = []
         dists: list[torch.Tensor] = []

@@ -221,7 +221,7 @@ def _decode_rows(
         row = _Row(_Stream(model, vocab, slots), SsmDecodeRing(slots), prompt, given, budget=budget)
         row.grammar = row_grammar
         start_stream(prefixes, row.stream, prompt)
-        row.logits_after.append(row.stream.feed(prompt[len(row.stream.fed) :])[-1])
+        row.logits_after.append(row.stream.feed(prompt[len(row.stream.fed) :], last_only=True)[-1])
 
         def report_progress(done: int, base: int = done_before) -> None:
             if progress is not None:
@@ -365,10 +365,10 @@ def _check_against_fresh(row: _Row, logits: torch.Tensor, counts: _Counts) -> No
     vocab = logits.shape[-1]
     started = time.perf_counter()
     # What an engine without snapshots would do instead: prefill the kept prefix again.
-    _fresh_stream(stream, vocab).feed(row.prompt + row.output[:-1])
+    _fresh_stream(stream, vocab).feed(row.prompt + row.output[:-1], last_only=True)
     counts.recompute_seconds += time.perf_counter() - started
     fresh = _fresh_stream(stream, vocab)
-    fresh_logits = fresh.feed(row.prompt)[-1]
+    fresh_logits = fresh.feed(row.prompt, last_only=True)[-1]
     for token in row.output:
         fresh_logits = fresh.feed([token])[-1]
     counts.mismatches += not torch.equal(logits, fresh_logits)

@@ -4,12 +4,10 @@ Each published prefix is a whole copy of the cache after exactly its tokens
 (SSM and conv state, attention KV cropped to it by construction: the
 prefill stops there). A ``PrefixSnapshotIndex`` (SPEC 13) decides which
 prefix a prompt hits, pins that hit while the prefill stands on it, places
-each publish, and evicts when its slots run out. Entries grow with their
-length (the KV), so bytes bound the cache too: before a new entry is kept,
-the least recently used entries other than the pinned hit are evicted until
-it fits (an earlier, shorter publish of the same prefill included: the
-longest prefixes are the ones the next turn reuses), and one that cannot
-fit is declined. Bytes held never exceed ``max_bytes``.
+each publish, and evicts when its slots run out; ``PrefixCopies`` holds the
+copies within ``max_bytes``, evicting the least recently used (an earlier,
+shorter publish of the same prefill included: the longest prefixes are the
+ones the next turn reuses).
 
 ``prepare`` hands out a fresh copy, never the stored tensors, so nothing
 stays pinned once it returns: the caller may decode on, crop or drop the
@@ -29,29 +27,20 @@ from transformers.cache_utils import Cache
 from ... import PrefillPlan, PrefixEntry, PrefixHit, PrefixSnapshotIndex
 from ..._errors import (
     InvalidArgumentError,
-    InvariantError,
     StaleSnapshotError,
     check_non_negative_int,
 )
-from .arguments import text_vocab_size, token_ids
+from .arguments import check_flag, text_vocab_size, token_ids
 from .cache_copy import cache_lengths, cache_nbytes, clone_cache
 from .chat import checked_positions
-from .prefix_models import check_continues, keeps_one_logit
+from .prefix_models import check_continues
 from .prefix_report import PrefixCacheReport
+from .prefix_store import PrefixCopies
 from .prompts import read_prompts
 from .scan_chunks import ScanChunks
+from .stream import keeps_one_logit
 
 __all__ = ["HybridPrefixCache", "PrefixCacheReport"]
-
-
-@attrs.frozen(eq=False)  # holds a cache: compare by identity
-class _Stored:
-    """One entry's copy of the cache, with the ticket and tokens it was stored for."""
-
-    entry: PrefixEntry
-    tokens: tuple[int, ...]
-    cache: Cache
-    nbytes: int
 
 
 @final
@@ -80,10 +69,7 @@ class HybridPrefixCache:
         # The smallest entry (one token) bounds how many can ever fit: the index's slots.
         smallest = cache_nbytes(self._forward(None, [0])) if self._max_bytes else 1
         self._index = PrefixSnapshotIndex(self._max_bytes // max(smallest, 1))
-        self._stored: dict[int, _Stored] = {}
-        self._used: dict[int, int] = {}  # slot -> clock at its last store or hit
-        self._clock = 0
-        self._held = 0
+        self._copies = PrefixCopies(self._max_bytes)
         self._counts = dict.fromkeys(attrs.fields_dict(PrefixCacheReport), 0)
 
     @property
@@ -104,25 +90,27 @@ class HybridPrefixCache:
     @property
     def report(self) -> PrefixCacheReport:
         """Hits, misses, tokens reused and computed, evictions, declined, bytes held: so far."""
-        counts = {**self._counts, "entries": len(self._stored), "bytes_held": self._held}
+        counts = {**self._counts, "entries": len(self._copies), "bytes_held": self._copies.held}
         counts["max_bytes"] = self._max_bytes
         counts["declined"] += self._index.stats.declined  # every slot pinned, or capacity 0
         return PrefixCacheReport(**counts)
 
     def __len__(self) -> int:
-        return len(self._stored)
+        return len(self._copies)
 
     def __repr__(self) -> str:
         return (
-            f"HybridPrefixCache(max_bytes={self._max_bytes}, entries={len(self._stored)}, "
-            f"bytes_held={self._held})"
+            f"HybridPrefixCache(max_bytes={self._max_bytes}, entries={len(self._copies)}, "
+            f"bytes_held={self._copies.held})"
         )
 
     def entries(self) -> tuple[PrefixEntry, ...]:
         """The stored prefixes, by slot."""
         return self._index.entries()
 
-    def prepare(self, input_ids: object, *, publish_at: Sequence[int] = ()) -> Cache:
+    def prepare(
+        self, input_ids: object, *, publish_at: Sequence[int] = (), prefill_rest: bool = True
+    ) -> Cache:
         """A fresh cache holding ``input_ids`` (one row) but its last token; stores ``publish_at``.
 
         Starts from the longest stored prefix of the prompt (at most all but
@@ -130,25 +118,16 @@ class HybridPrefixCache:
         ``publish_at`` position (each ``< len(input_ids)``) to store the
         cache there. ``model.generate(input_ids, cache=cache)``
         then computes only the last prompt token.
+
+        ``prefill_rest=False`` stops at the last ``publish_at`` position
+        past the stored prefix (or at that prefix) and leaves the rest of the
+        prompt to ``generate``, whose first forward pass computes it with the
+        last token: one forward pass fewer when the prompt ends in new tokens.
         """
         tokens = self._prompt(input_ids)
         positions = checked_positions(publish_at, len(tokens))
-        plan = self._index.plan_prefill(0, tokens)  # the hit only: publishes come as stored
-        self._sync()
-        try:
-            cache = self._start(plan, tokens)
-            done = plan.start
-            for end in [p for p in sorted(positions) if p > done] + [len(tokens) - 1]:
-                if end > done:  # the last token is generate's to feed
-                    cache = self._forward(cache, tokens[done:end])
-                    self._counts["tokens_computed"] += end - done
-                    done = end
-                if end in positions:
-                    assert cache is not None  # a publish stands after a computed chunk
-                    self._publish(tokens, end, cache, plan.hit)
-        finally:
-            self._index.release(plan)
-        # A one-token prompt leaves nothing to compute: an empty cache, as generate makes.
+        cache, _ = self._prefill(tokens, positions, rest=check_flag("prefill_rest", prefill_rest))
+        # Nothing computed nor hit: an empty cache, as generate makes.
         return cache if cache is not None else DynamicCache(config=self._config)
 
     def publish_generated(
@@ -212,15 +191,7 @@ class HybridPrefixCache:
     def check_valid(self) -> None:
         """Raise ``InvariantError`` naming the first broken invariant; for tests."""
         self._index.check_valid()
-        live = {entry.slot: entry for entry in self._index.entries()}
-        stored = {slot: kept.entry for slot, kept in self._stored.items()}
-        if live != stored:
-            raise InvariantError(f"the index holds {live} but the store {stored}")
-        held = sum(kept.nbytes for kept in self._stored.values())
-        if held != self._held or held > self._max_bytes:
-            raise InvariantError(
-                f"{held} bytes stored, {self._held} counted, {self._max_bytes} at most"
-            )
+        self._copies.check(self._index.entries())
 
     # -- the prefill ---------------------------------------------------------------------
 
@@ -243,13 +214,38 @@ class HybridPrefixCache:
         fed: Cache = out.cache
         return fed
 
+    def _prefill(
+        self, tokens: list[int], positions: set[int], *, rest: bool
+    ) -> tuple[Cache | None, int]:
+        """The cache after the longest stored prefix, then computed on through each position
+        (storing it there) and, with ``rest``, to the last token; and how many tokens it holds
+        (``None`` for none)."""
+        plan = self._index.plan_prefill(0, tokens)  # the hit only: publishes come as stored
+        self._sync()
+        try:
+            cache = self._start(plan, tokens)
+            done = plan.start
+            # The last token is generate's to feed; without ``rest``, so is all after the publishes.
+            ends = {p for p in positions if p > done} | ({len(tokens) - 1} if rest else set())
+            for end in sorted(ends):
+                if end > done:
+                    cache = self._forward(cache, tokens[done:end])
+                    self._counts["tokens_computed"] += end - done
+                    done = end
+                if end in positions:
+                    assert cache is not None  # a publish stands after a computed chunk
+                    self._publish(tokens, end, cache, plan.hit)
+        finally:
+            self._index.release(plan)
+        return cache, done
+
     def _start(self, plan: PrefillPlan, tokens: list[int]) -> Cache | None:
         """A fresh copy of the plan's hit, checked against its ticket and tokens; else ``None``."""
         if plan.hit is None:
             self._counts["misses"] += 1
             return None
         entry = plan.hit.entry
-        kept = self._stored.get(entry.slot)
+        kept = self._copies.get(entry.slot)
         if kept is None or kept.entry != entry or list(kept.tokens) != tokens[: entry.length]:
             raise StaleSnapshotError(
                 f"prefix slot {entry.slot} must hold {entry} of the prompt's first "
@@ -258,7 +254,7 @@ class HybridPrefixCache:
             )
         self._counts["hits"] += 1
         self._counts["tokens_reused"] += entry.length
-        self._touch(entry.slot)
+        self._copies.touch(entry.slot)
         return clone_cache(kept.cache)
 
     # -- storing and evicting ------------------------------------------------------------
@@ -269,52 +265,19 @@ class HybridPrefixCache:
         save = self._index.publish(0, tokens, length)
         self._sync()  # the index may have evicted an entry for a slot
         if save is None:  # held already (refreshed), or declined: every slot pinned
-            for slot, kept in self._stored.items():
-                if kept.entry.length == length and list(kept.tokens) == tokens[:length]:
-                    self._touch(slot)
+            self._copies.touch_prefix(tokens, length)
             return
         entry = PrefixEntry(save.length, save.slot, save.ticket)
         keep = {entry.slot} if hit is None else {entry.slot, hit.entry.slot}
         try:
-            self._store(entry, tokens, cache, keep)
+            stored = self._copies.store(self._index, entry, tokens, cache, keep)
         except BaseException:
-            if entry in self._index.entries() and entry.slot not in self._stored:
+            if entry in self._index.entries() and self._copies.get(entry.slot) is None:
                 self._index.discard(entry)  # a failed copy leaves no entry without one
             raise
-
-    def _store(self, entry: PrefixEntry, tokens: list[int], cache: Cache, keep: set[int]) -> None:
-        """Keep a copy of ``cache`` for ``entry`` if it fits once the least recently used
-        entries not in ``keep`` (the new one, and the hit the prefill stands on: pinned) are
-        evicted; else decline it."""
-        need = cache_nbytes(cache)
-        kept = sum(self._stored[slot].nbytes for slot in keep if slot in self._stored)
-        if kept + need > self._max_bytes:  # would not fit even alone: evict nothing for it
-            self._index.discard(entry)
-            self._counts["declined"] += 1
-            return
-        while self._held + need > self._max_bytes:
-            victims = [slot for slot in self._stored if slot not in keep]
-            victim = min(victims, key=self._used.__getitem__)
-            self._index.discard(self._stored[victim].entry)
-            self._forget(victim)
-            self._counts["evictions"] += 1
-        copied = clone_cache(cache)
-        self._stored[entry.slot] = _Stored(entry, tuple(tokens[: entry.length]), copied, need)
-        self._held += need
-        self._touch(entry.slot)
-        self._counts["published"] += 1
+        self._counts["evictions"] += stored.evicted
+        self._counts["published" if stored.kept else "declined"] += 1
 
     def _sync(self) -> None:
         """Forget the copies of entries the index evicted for a slot (rule 7 of the index)."""
-        live = set(self._index.entries())
-        for slot in [slot for slot, kept in self._stored.items() if kept.entry not in live]:
-            self._forget(slot)
-            self._counts["evictions"] += 1
-
-    def _forget(self, slot: int) -> None:
-        self._held -= self._stored.pop(slot).nbytes
-        del self._used[slot]
-
-    def _touch(self, slot: int) -> None:
-        self._clock += 1
-        self._used[slot] = self._clock
+        self._counts["evictions"] += self._copies.sync(self._index.entries())

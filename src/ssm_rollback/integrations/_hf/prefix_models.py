@@ -8,7 +8,6 @@ when the prefix cache is made.
 
 from __future__ import annotations
 
-import inspect
 from typing import Final
 
 import torch
@@ -16,7 +15,7 @@ import torch
 from ..._errors import InvalidArgumentError
 from .probe import _probe as probe_multi_token_forward
 
-__all__ = ["SCAN_DROPS_STATE", "check_continues", "keeps_one_logit"]
+__all__ = ["SCAN_DROPS_STATE", "check_continues"]
 
 
 #: Model types whose multi-token forward from a cache scans from a zero SSM state (transformers'
@@ -38,15 +37,3 @@ def check_continues(model: torch.nn.Module, vocab: int) -> None:
             f"continues the prefill from there), got a {model_type} model whose own such pass "
             f"is broken in transformers ({failure}): it cannot share prefixes"
         )
-
-
-def keeps_one_logit(model: torch.nn.Module) -> bool:
-    """Whether the model's forward takes ``logits_to_keep``: a prefill chunk's logits are never
-    read, and a long chunk's full logits cost about a tenth of its forward pass on CPU."""
-    forward = getattr(model, "forward", None)
-    if not callable(forward):
-        return False
-    try:
-        return "logits_to_keep" in inspect.signature(forward).parameters
-    except (TypeError, ValueError):  # no signature to read: pass nothing extra
-        return False

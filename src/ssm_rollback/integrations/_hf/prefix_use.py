@@ -31,10 +31,13 @@ def checked_prefix_cache(value: object, model: torch.nn.Module) -> HybridPrefixC
 def start_stream(
     prefix_cache: HybridPrefixCache | None, stream: _Stream, prompt: list[int]
 ) -> None:
-    """Let a decoder's fresh stream hold ``prompt`` but its last token, from the prefix cache."""
+    """Let a decoder's fresh stream hold the longest stored prefix of ``prompt`` (at most all
+    but its last token): the decoder's first forward pass feeds the rest with the last token."""
     if prefix_cache is not None:
-        stream.cache = prefix_cache.prepare(prompt)
-        stream.fed = prompt[:-1]
+        cache, held = prefix_cache._prefill(prompt, set(), rest=False)  # its decoders' own
+        if cache is not None:
+            stream.cache = cache
+            stream.fed = prompt[:held]
 
 
 def publish_stream(

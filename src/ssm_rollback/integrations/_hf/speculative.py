@@ -223,7 +223,7 @@ def _decode(
     target, scoring, eos, counts = run.target, run.scoring, run.eos, run.counts
     new: list[int] = []
     if max_new_tokens:
-        fed = target.feed(prompt[len(target.fed) :])[-1:]
+        fed = target.feed(prompt[len(target.fed) :], last_only=True)
         scored = scoring.process(run.given, [], fed)
         new.append(scoring.pick(scored[0]))
         run.keep(scored, fed)

@@ -13,6 +13,7 @@ forward pass shorter than the Mamba2 scan's chunk scans only its own tokens
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from typing import final
 
@@ -26,7 +27,19 @@ from .cache_pool import HybridCacheSnapshotPool
 from .crop import plan_crop_attention
 from .scan_chunks import ScanChunks
 
-__all__: list[str] = []
+__all__ = ["keeps_one_logit"]
+
+
+def keeps_one_logit(model: torch.nn.Module) -> bool:
+    """Whether the model's forward takes ``logits_to_keep``: a prompt's logits but the last are
+    never read, and a long chunk's full logits cost about a tenth of its forward pass on CPU."""
+    forward = getattr(model, "forward", None)
+    if not callable(forward):
+        return False
+    try:
+        return "logits_to_keep" in inspect.signature(forward).parameters
+    except (TypeError, ValueError):  # no signature to read: pass nothing extra
+        return False
 
 
 def _has_recurrent_state(cache: Cache) -> bool:
@@ -51,6 +64,7 @@ class _Stream:
         self._ring_slots = ring_slots
         self._device = next(model.parameters()).device
         self._chunks = ScanChunks(model if narrow_scans else torch.nn.Module())
+        self._keeps_one = keeps_one_logit(model)
         self.cache: Cache | None = None
         self.pool: HybridCacheSnapshotPool | None = None
         self.fed: list[int] = []  # tokens the cache holds, prompt included
@@ -59,12 +73,15 @@ class _Stream:
         self._checkpoint_ring = SsmDecodeRing(1)
         self._checkpoint: SsmSnapshotSave | None = None
 
-    def feed(self, ids: Sequence[int]) -> torch.Tensor:
-        """Feed the queued tokens and ``ids`` in one forward pass; the logits of ``ids``."""
+    def feed(self, ids: Sequence[int], *, last_only: bool = False) -> torch.Tensor:
+        """Feed the queued tokens and ``ids`` in one forward pass; the logits of ``ids`` (of
+        the last alone with ``last_only``: a prompt's others are never read)."""
         tokens = [*self.queued, *ids]
         with torch.no_grad(), self._chunks.narrowed(len(tokens)):
             inputs = torch.tensor([tokens], dtype=torch.long, device=self._device)
-            kwargs = {} if self.cache is None else {"cache": self.cache}
+            kwargs: dict[str, object] = {} if self.cache is None else {"cache": self.cache}
+            if last_only and self._keeps_one:
+                kwargs["logits_to_keep"] = 1
             out = self._model(inputs, use_cache=True, **kwargs)
         self.forward_passes += 1
         self.cache = out.cache
@@ -72,7 +89,8 @@ class _Stream:
         self.queued = []
         if self.pool is None and _has_recurrent_state(out.cache):
             self.pool = HybridCacheSnapshotPool(out.cache, self._ring_slots + 1)
-        logits: torch.Tensor = out.logits[0, len(tokens) - len(ids) :, : self._vocab]
+        first = -1 if last_only else len(tokens) - len(ids)
+        logits: torch.Tensor = out.logits[0, first:, : self._vocab]
         return logits
 
     def save(self, save: SsmSnapshotSave, ring: SsmDecodeRing) -> bool:
