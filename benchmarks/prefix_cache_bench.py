@@ -8,19 +8,28 @@ hidden 512, vocab 2,048; nothing is downloaded), torch threads pinned
 (``--threads``). The chat is token ids with role and end-of-message tokens
 (what a chat template renders): a system prompt and earlier exchanges,
 over 2,048 tokens, then four turns, one regenerate (the same prompt again)
-and one edit (the last user message replaced). Each request publishes every
-message end and its own prompt end minus one token (what a regenerate
-reuses), generates a 64-token greedy answer and publishes the state after
-it and the end-of-message token the chat renders next
-(``publish_generated(..., followed_by=[END])``: one short forward pass once
-the answer is out, timed apart); the turn's answer becomes the assistant's
-message, so the next turn's prompt extends it and hits at the message end.
+and one edit (the last user message replaced). Each request generates a
+64-token greedy answer and publishes the state after it and the
+end-of-message token the chat renders next (``publish_generated(...,
+followed_by=[END])``: one short forward pass once the answer is out, timed
+apart); the turn's answer becomes the assistant's message, so the next
+turn's prompt extends it and hits at the message end. The cache is used two
+ways side by side, each replaying the chat on a cache of its own:
+
+- "prompt end": ``prepare`` publishes every message end and its own prompt
+  end minus one token (what a regenerate reuses) and computes all but the
+  last token; ``generate`` computes that one in a forward pass of its own.
+- "tail": ``prepare(..., prefill_rest=False)`` publishes nothing and stops
+  at the hit; ``generate``'s first forward pass computes the new message
+  and the last token together.
+
+Reported:
 
 - Time to first token: ``prepare`` + ``generate(cache=...)`` until its
   streamer gets the first new token, against plain ``model.generate``,
-  medians of ``--rounds`` rounds (each round replays the whole chat on a
-  fresh prefix cache, so every request meets the cache as the chat left it).
-  The greedy answers are checked to be the same both ways.
+  medians of ``--rounds`` rounds (each round replays the whole chat on
+  fresh prefix caches, so every request meets a cache as the chat left it).
+  The greedy answers are checked to be the same all three ways.
 - Best-of-4 from one prompt: prompt tokens the model's forward passes
   compute, counted by a hook, with the cache (the prompt once) and without.
 - Bytes held, checked after every request against ``--max-mib``.
@@ -151,38 +160,45 @@ class FirstToken:
         pass
 
 
+MODES = ("prompt end", "tail")  # the module's docstring says what each does
+
+
 class Timings:
-    """Per request: times to first token both ways, tokens reused, whether the answers agree."""
+    """Per request and mode: times to first token, tokens reused; whether the answers agree."""
 
     def __init__(self) -> None:
         self.plain: dict[str, list[float]] = {}
-        self.cached: dict[str, list[float]] = {}
-        self.reused: dict[str, int] = {}
+        self.cached: dict[str, dict[str, list[float]]] = {mode: {} for mode in MODES}
+        self.reused: dict[str, dict[str, int]] = {mode: {} for mode in MODES}
         self.lengths: dict[str, int] = {}
         self.closes: list[float] = []  # publish_generated's pass after each answer
         self.same = True
         self.peak = 0
-        self.report = PrefixCacheReport()
+        self.reports = dict.fromkeys(MODES, PrefixCacheReport())
 
 
 def answer(
     m: Counted,
     cache: HybridPrefixCache | None,
+    mode: str,
     ids: list[int],
-    publish: tuple[int, ...],
+    ends: tuple[int, ...],
     new: int,
     t: Timings,
 ) -> tuple[float, list[int]]:
     """Time to first token of a ``new``-token greedy answer, and the answer. With the cache:
-    ``prepare`` (publishing ``publish``), ``generate`` from it, then ``publish_generated`` with
-    the end-of-message token (after the answer is out: the next turn starts at the message end;
+    ``prepare`` as its mode says, ``generate`` from it, then ``publish_generated`` with the
+    end-of-message token (after the answer is out: the next turn starts at the message end;
     that pass is timed into ``t.closes``, not into any time to first token)."""
     timer = FirstToken()
     started = time.perf_counter()
     if cache is None:
         out = m.generate(ids, new, streamer=timer)
     else:
-        prepared = cache.prepare(ids, publish_at=publish)
+        if mode == "tail":
+            prepared = cache.prepare(ids, prefill_rest=False)
+        else:
+            prepared = cache.prepare(ids, publish_at=(*ends, len(ids) - 1))
         out = m.generate(ids, new, streamer=timer, cache=prepared)
         closing = time.perf_counter()
         cache.publish_generated([ids + out], prepared, followed_by=[END])
@@ -191,26 +207,26 @@ def answer(
 
 
 def chat_round(m: Counted, s: dict[str, int], smoke: bool, max_bytes: int, t: Timings) -> None:
-    """One replay of the chat on a fresh prefix cache: four turns, a regenerate, an edit. Each
-    reply is the answer of the turn's last request (as the cache generated it)."""
+    """One replay of the chat on a fresh prefix cache per mode: four turns, a regenerate, an
+    edit. Each reply is the answer of the turn's last request (all ways give the same)."""
     user, reply = (12, 16) if smoke else (48, 64)
     chat = opening(s, smoke)
-    cache = HybridPrefixCache(m.model, max_bytes=max_bytes)
+    caches = {mode: HybridPrefixCache(m.model, max_bytes=max_bytes) for mode in MODES}
 
     def ask(name: str) -> list[int]:
         ids, ends = chat.prompt()
-        publish = (*ends, len(ids) - 1)  # every message end, and what a regenerate reuses
-        t_plain, plain = answer(m, None, ids, publish, reply, t)
-        before = cache.report.tokens_reused
-        t_cached, cached = answer(m, cache, ids, publish, reply, t)
+        t_plain, plain = answer(m, None, "", ids, ends, reply, t)
         t.plain.setdefault(name, []).append(t_plain)
-        t.cached.setdefault(name, []).append(t_cached)
-        t.reused[name] = cache.report.tokens_reused - before
         t.lengths[name] = len(ids)
-        t.same &= plain == cached
-        t.peak = max(t.peak, cache.report.bytes_held)
-        assert cache.report.bytes_held <= max_bytes
-        return cached
+        for mode, cache in caches.items():
+            before = cache.report.tokens_reused
+            t_cached, cached = answer(m, cache, mode, ids, ends, reply, t)
+            t.cached[mode].setdefault(name, []).append(t_cached)
+            t.reused[mode][name] = cache.report.tokens_reused - before
+            t.same &= plain == cached
+            t.peak = max(t.peak, cache.report.bytes_held)
+            assert cache.report.bytes_held <= max_bytes
+        return plain
 
     for turn in range(1, 5):
         chat.add(USER, user)
@@ -221,7 +237,7 @@ def chat_round(m: Counted, s: dict[str, int], smoke: bool, max_bytes: int, t: Ti
             chat.add(USER, user)
             said = ask("edit")
         chat.messages.append([ASSISTANT, *said, END])
-    t.report = cache.report
+    t.reports = {mode: cache.report for mode, cache in caches.items()}
 
 
 def chat_section(m: Counted, s: dict[str, int], smoke: bool, rounds: int, max_bytes: int) -> bool:
@@ -230,26 +246,34 @@ def chat_section(m: Counted, s: dict[str, int], smoke: bool, rounds: int, max_by
         chat_round(m, s, smoke, max_bytes, t)
     budget = f"{max_bytes / 2**20:.1f} MiB"
     print(f"\n(a) a chat, time to first token (medians of {rounds}); budget {budget}")
-    head = f"{'request':<12}{'prompt':>8}{'reused':>8}{'plain ms':>10}{'cached ms':>11}"
-    print(f"  {head}{'speedup':>9}")
-    worst = float("inf")
+    print("  cached, two ways: 'prompt end' = prepare(ids, publish_at=message ends + prompt end")
+    print("  minus one); 'tail' = prepare(ids, prefill_rest=False), generate computes the rest")
+    head = f"{'request':<12}{'prompt':>7}{'plain ms':>9}"
+    for mode in MODES:
+        head += f" | {mode:<10}{'reused':>7}{'ms':>7}{'speedup':>8}"
+    print(f"  {head}")
+    worst = dict.fromkeys(MODES, float("inf"))
     for name, times in t.plain.items():
-        p, c = statistics.median(times), statistics.median(t.cached[name])
-        if t.reused[name]:
-            worst = min(worst, p / c)
-        print(
-            f"  {name:<12}{t.lengths[name]:>8}{t.reused[name]:>8}{p * 1e3:>10.1f}"
-            f"{c * 1e3:>11.1f}{p / c:>8.1f}x"
-        )
+        p = statistics.median(times)
+        row = f"{name:<12}{t.lengths[name]:>7}{p * 1e3:>9.1f}"
+        for mode in MODES:
+            c, reused = statistics.median(t.cached[mode][name]), t.reused[mode][name]
+            if reused:
+                worst[mode] = min(worst[mode], p / c)
+            row += f" | {'':<10}{reused:>7}{c * 1e3:>7.1f}{p / c:>7.1f}x"
+        print(f"  {row}")
     print(
         f"  after each answer, off the next request's path: publish_generated with the end of "
         f"the message, median {statistics.median(t.closes) * 1e3:.1f} ms"
     )
-    r = t.report
+    for mode, r in t.reports.items():
+        print(
+            f"  {mode}: hits {r.hits}, misses {r.misses}, evictions {r.evictions}, declined "
+            f"{r.declined}; slowest hit's speedup {worst[mode]:.1f}x"
+        )
     print(
-        f"  hits {r.hits}, misses {r.misses}, evictions {r.evictions}, declined {r.declined}; "
-        f"bytes held at most {t.peak / 2**20:.1f} MiB of {budget} (never over); "
-        f"same answers: {'yes' if t.same else 'NO'}; slowest hit's speedup {worst:.1f}x"
+        f"  bytes held at most {t.peak / 2**20:.1f} MiB of {budget} (never over); "
+        f"same answers all ways: {'yes' if t.same else 'NO'}"
     )
     return t.same
 
