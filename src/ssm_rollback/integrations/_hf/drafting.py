@@ -1,8 +1,9 @@
 """Drafters for speculative decoding: prompt lookup, an assistant model, or a draft function.
 
-``drafter(draft, vocab, verifies)`` turns the ``draft`` argument into one
-function ``propose(tokens, k, scoring) -> (drafts, distributions)``,
-checked where it enters: an assistant must share the target's vocabulary
+``drafters(draft, vocab, verifies)`` checks the ``draft`` argument once and
+makes, for each row, a function ``propose(tokens, k, scoring) -> (drafts,
+distributions)`` of its own (an assistant keeps a cache per row). Checked
+where it enters: an assistant must share the target's vocabulary
 (and, when drafts will be verified, run multi-token forward passes from its
 cache); what a draft function returns is checked on every call (a list,
 tuple or 1-D integer tensor of at most ``k`` ids in the vocabulary). An
@@ -23,13 +24,15 @@ from .probe import check_multi_token_forward
 from .scoring import Scoring
 from .stream import _Stream
 
-__all__ = ["DraftFn", "Proposal", "drafter", "prompt_lookup"]
+__all__ = ["DraftFn", "Proposal", "Proposer", "drafters", "prompt_lookup"]
 
 #: A drafter: ``draft(tokens, k)`` proposes up to ``k`` token ids to follow ``tokens``.
 DraftFn = Callable[[list[int], int], Sequence[int]]
 
 #: Drafts and, for a sampling assistant, the distribution each was drawn from.
 Proposal = tuple[list[int], list[torch.Tensor] | None]
+#: One row's drafter: ``propose(tokens, k, scoring)``.
+Proposer = Callable[[list[int], int, Scoring], Proposal]
 
 
 def prompt_lookup(tokens: Sequence[int], k: int, max_ngram: int = 2) -> list[int]:
@@ -82,11 +85,10 @@ class _Assistant:
         return drafts, (dists if scoring.sampled else None)
 
 
-def drafter(
-    draft: object, vocab: int, verifies: bool
-) -> Callable[[list[int], int, Scoring], Proposal]:
-    """The drafter ``draft`` names, checked: an assistant must share the target's vocabulary
-    and, when drafts will be verified, run multi-token forward passes from its cache."""
+def drafters(draft: object, vocab: int, verifies: bool) -> Callable[[], Proposer]:
+    """The drafter ``draft`` names, checked once, as a maker of one fresh drafter per row: an
+    assistant must share the target's vocabulary and, when drafts will be verified, run
+    multi-token forward passes from its cache."""
     if isinstance(draft, torch.nn.Module):
         own = text_vocab_size(draft, "draft")
         if own != vocab:
@@ -96,7 +98,14 @@ def drafter(
             )
         if verifies:
             check_multi_token_forward("draft", draft, vocab)
-        return _Assistant(draft, vocab).propose
+        assistant = draft
+        return lambda: _Assistant(assistant, vocab).propose
+    proposer = _stateless(draft, vocab)
+    return lambda: proposer
+
+
+def _stateless(draft: object, vocab: int) -> Proposer:
+    """Prompt lookup, or a draft function whose every answer is checked."""
     if isinstance(draft, str) and draft == "prompt_lookup":
         return lambda tokens, k, _: (prompt_lookup(tokens, k), None)
     if isinstance(draft, str) or not callable(draft):

@@ -48,8 +48,9 @@ class HybridPrefixCache:
     """Shared prompt prefixes of one model (SSM state and attention KV), held within ``max_bytes``.
 
     ``prepare(input_ids, publish_at=...)`` returns a cache holding the prompt
-    but its last token, from the longest stored prefix plus a prefill of the
-    rest that stores each ``publish_at`` position on the way; pass it to
+    but its last token (or, with ``prefill_rest=False``, up to the last
+    publish), from the longest stored prefix plus a prefill of the rest that
+    stores each ``publish_at`` position on the way; pass it to
     ``model.generate(input_ids, cache=cache)`` (``past_key_values=`` in
     older ``transformers``), or pass the prefix cache itself to the
     decoders (``prefix_cache=``). One thread at a time.

@@ -14,8 +14,9 @@ class PrefixCacheReport:
     #: ``prepare`` calls that started from a stored prefix, and those that did not.
     hits: int = 0
     misses: int = 0
-    #: Prompt tokens the hits did not compute, and those computed (``prepare``'s prefills and
-    #: ``publish_generated``'s ``followed_by``).
+    #: Prompt tokens the hits did not compute, and those computed here (``prepare``'s prefills
+    #: and ``publish_generated``'s ``followed_by``; not what ``generate`` or a decoder computes
+    #: after them: the last token, or with ``prefill_rest=False`` the rest of the prompt).
     tokens_reused: int = 0
     tokens_computed: int = 0
     #: Prefixes stored, evicted (for slots or for bytes), declined (would not fit).

@@ -34,7 +34,7 @@ from .arguments import (
     text_vocab_size,
 )
 from .decoding import GenerationResult, Outputs, _Counts
-from .drafting import DraftFn, Proposal, drafter
+from .drafting import DraftFn, Proposal, drafters
 from .generate_args import generate_args, length_in_config
 from .prefix_use import checked_prefix_cache, publish_stream, start_stream
 from .probe import check_multi_token_forward
@@ -149,7 +149,7 @@ def speculative_generate(
             as_predicate("is_boundary", is_boundary, vocab) if is_boundary is not None else None
         )
         verifies = k_max > 0 and max_new_tokens > 1  # else every forward pass is one token
-        drafter(draft, vocab, verifies)  # checked before any row decodes
+        new_drafter = drafters(draft, vocab, verifies)  # checked before any row decodes
         if verifies:
             check_multi_token_forward("model", model, vocab)
         prefixes = checked_prefix_cache(prefix_cache, model)
@@ -170,9 +170,7 @@ def speculative_generate(
             target = _Stream(model, vocab, slots)
             start_stream(prefixes, target, prompt)
             run = _Run(target, ring, scoring, eos, stream, counts, passed.outputs, given)
-            run.new.extend(
-                _decode(run, prompt, max_new_tokens, k_max, drafter(draft, vocab, verifies))
-            )
+            run.new.extend(_decode(run, prompt, max_new_tokens, k_max, new_drafter()))
             publish_stream(prefixes, target, prompt, run.new)
             runs.append(run)
         return passed.outputs.result(
