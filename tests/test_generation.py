@@ -21,7 +21,7 @@ from ssm_rollback.integrations.transformers import (
     backtracking_generate,
     speculative_generate,
 )
-from ssm_rollback.testing import tiny_config
+from ssm_rollback.testing import tiny_config, tiny_model
 
 hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
 # Model code warns about slow reference kernels and the like: not our concern here.
@@ -47,9 +47,7 @@ SHORT = 6
 
 @functools.cache
 def model(model_type: str, seed: int = 0) -> torch.nn.Module:
-    torch.manual_seed(seed)
-    built: torch.nn.Module = AutoModelForCausalLM.from_config(tiny_config(model_type))  # type: ignore[no-untyped-call]
-    return built.eval()
+    return tiny_model(model_type, seed=seed)
 
 
 def prompt(seed: int) -> torch.Tensor:

@@ -10,14 +10,13 @@ import pytest
 pytest.importorskip("transformers")
 
 import torch
-from transformers import AutoModelForCausalLM
 from transformers.utils import logging as hf_logging
 
 from ssm_rollback.integrations.transformers import (
     backtracking_generate,
     speculative_generate,
 )
-from ssm_rollback.testing import tiny_config
+from ssm_rollback.testing import tiny_model
 
 hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
 PROMPT = [1, 2, 3, 4, 5, 6]
@@ -25,9 +24,7 @@ PROMPT = [1, 2, 3, 4, 5, 6]
 
 @functools.cache
 def nemotron_h() -> torch.nn.Module:
-    torch.manual_seed(0)
-    built: torch.nn.Module = AutoModelForCausalLM.from_config(tiny_config("nemotron_h"))  # type: ignore[no-untyped-call]
-    return built.eval()
+    return tiny_model("nemotron_h")
 
 
 # -- the default ban -------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from ssm_rollback.integrations.transformers import (
     message_boundaries,
     speculative_generate,
 )
-from ssm_rollback.testing import tiny_config
+from ssm_rollback.testing import tiny_config, tiny_model
 
 hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
 pytestmark = pytest.mark.usefixtures("quiet_warnings")
@@ -34,9 +34,7 @@ PROMPT = torch.tensor([[5, 6, 7, 8, 5, 6, 7, 9]])
 
 @functools.cache
 def model(model_type: str = "nemotron_h", seed: int = 0, **overrides: int) -> torch.nn.Module:
-    torch.manual_seed(seed)
-    built: torch.nn.Module = AutoModelForCausalLM.from_config(tiny_config(model_type, **overrides))  # type: ignore[no-untyped-call]
-    return built.eval()
+    return tiny_model(model_type, seed=seed, **overrides)
 
 
 # -- prompt lookup ----------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("transformers")
 
 import torch
-from transformers import AutoModelForCausalLM, DynamicCache
+from transformers import DynamicCache
 from transformers.utils import logging as hf_logging
 
 from ssm_rollback import InvalidArgumentError
@@ -27,7 +27,7 @@ from ssm_rollback.integrations.transformers import (
     backtracking_generate,
     speculative_generate,
 )
-from ssm_rollback.testing import tiny_config
+from ssm_rollback.testing import tiny_model
 
 hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
 pytestmark = pytest.mark.usefixtures("quiet_warnings")
@@ -38,10 +38,7 @@ NEW = 6
 
 @functools.cache
 def model(model_type: str = "nemotron_h", seed: int = 0, **overrides: int) -> torch.nn.Module:
-    torch.manual_seed(seed)
-    config = tiny_config(model_type, **overrides)
-    built: torch.nn.Module = AutoModelForCausalLM.from_config(config)  # type: ignore[no-untyped-call]
-    return built.eval()
+    return tiny_model(model_type, seed=seed, **overrides)
 
 
 def greedy(m: torch.nn.Module, ids: torch.Tensor, **kwargs: object) -> list[list[int]]:

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from transformers import AutoModelForCausalLM, DynamicCache
+from transformers import DynamicCache
 from transformers.utils import logging as hf_logging
 
 from ssm_rollback import SsmRollbackError
@@ -34,7 +34,7 @@ from ssm_rollback.integrations.transformers import (
     backtracking_generate,
     speculative_generate,
 )
-from ssm_rollback.testing import tiny_config
+from ssm_rollback.testing import tiny_model
 
 hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
 pytestmark = pytest.mark.usefixtures("quiet_warnings")
@@ -60,9 +60,7 @@ class Arg:
 
 @functools.cache
 def model() -> torch.nn.Module:
-    torch.manual_seed(0)
-    built: torch.nn.Module = AutoModelForCausalLM.from_config(tiny_config("nemotron_h"))  # type: ignore[no-untyped-call]
-    return built.eval()
+    return tiny_model("nemotron_h")
 
 
 @functools.cache

@@ -23,7 +23,6 @@ from tokenizers import Tokenizer
 from tokenizers.models import WordLevel
 from tokenizers.pre_tokenizers import WhitespaceSplit
 from transformers import (
-    AutoModelForCausalLM,
     GenerationConfig,
     LogitsProcessor,
     PreTrainedTokenizerFast,
@@ -43,7 +42,7 @@ from ssm_rollback.integrations.transformers import (
     backtracking_generate,
     speculative_generate,
 )
-from ssm_rollback.testing import tiny_config
+from ssm_rollback.testing import tiny_model
 
 hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
 pytestmark = pytest.mark.usefixtures("quiet_warnings")
@@ -68,9 +67,7 @@ IDS = ["speculative", "backtracking"]
 
 @functools.cache
 def model() -> torch.nn.Module:
-    torch.manual_seed(0)
-    built: torch.nn.Module = AutoModelForCausalLM.from_config(tiny_config("nemotron_h"))  # type: ignore[no-untyped-call]
-    return built.eval()
+    return tiny_model("nemotron_h")
 
 
 @functools.cache

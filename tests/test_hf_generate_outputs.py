@@ -17,7 +17,6 @@ import pytest
 pytest.importorskip("transformers")
 
 import torch
-from transformers import AutoModelForCausalLM
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 from transformers.utils import logging as hf_logging
 
@@ -28,7 +27,7 @@ from ssm_rollback.integrations.transformers import (
     backtracking_generate,
     speculative_generate,
 )
-from ssm_rollback.testing import tiny_config
+from ssm_rollback.testing import tiny_model
 
 hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
 pytestmark = pytest.mark.usefixtures("quiet_warnings")
@@ -41,9 +40,7 @@ PENALTY = {"repetition_penalty": 1.5}
 
 @functools.cache
 def model() -> torch.nn.Module:
-    torch.manual_seed(0)
-    built: torch.nn.Module = AutoModelForCausalLM.from_config(tiny_config("nemotron_h"))  # type: ignore[no-untyped-call]
-    return built.eval()
+    return tiny_model("nemotron_h")
 
 
 def prompt(seed: int = 1, n: int = 10) -> torch.Tensor:

@@ -21,7 +21,7 @@ import torch
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
-from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerFast
 from transformers.cache_utils import Cache
 from transformers.utils import logging as hf_logging
 
@@ -33,7 +33,7 @@ from ssm_rollback.integrations.transformers import (
     message_boundaries,
     speculative_generate,
 )
-from ssm_rollback.testing import TESTED_MODEL_TYPES, tiny_config
+from ssm_rollback.testing import TESTED_MODEL_TYPES, tiny_model
 
 hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
 pytestmark = pytest.mark.usefixtures("quiet_warnings")
@@ -68,9 +68,7 @@ BIG = 1 << 24
 
 @functools.cache
 def model(model_type: str) -> torch.nn.Module:
-    torch.manual_seed(0)
-    built: torch.nn.Module = AutoModelForCausalLM.from_config(tiny_config(model_type))  # type: ignore[no-untyped-call]
-    return built.eval()
+    return tiny_model(model_type)
 
 
 def ids(*parts: list[int]) -> torch.Tensor:

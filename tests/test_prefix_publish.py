@@ -17,7 +17,6 @@ import pytest
 pytest.importorskip("transformers")
 
 import torch
-from transformers import AutoModelForCausalLM
 from transformers.cache_utils import Cache
 from transformers.utils import logging as hf_logging
 
@@ -29,7 +28,7 @@ from ssm_rollback.integrations.transformers import (
     backtracking_generate,
     speculative_generate,
 )
-from ssm_rollback.testing import tiny_config
+from ssm_rollback.testing import tiny_model
 
 hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
 pytestmark = pytest.mark.usefixtures("quiet_warnings")
@@ -44,9 +43,7 @@ PATHS = ("generate", "speculative", "backtracking")
 
 @functools.cache
 def model(model_type: str) -> torch.nn.Module:
-    torch.manual_seed(0)
-    built: torch.nn.Module = AutoModelForCausalLM.from_config(tiny_config(model_type))  # type: ignore[no-untyped-call]
-    return built.eval()
+    return tiny_model(model_type)
 
 
 def randoms(n: int, seed: int) -> list[int]:

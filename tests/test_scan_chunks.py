@@ -20,7 +20,7 @@ from transformers.utils import logging as hf_logging
 from ssm_rollback.integrations._hf.scan_chunks import ScanChunks
 from ssm_rollback.integrations._hf.stream import _Stream
 from ssm_rollback.integrations.transformers import backtracking_generate, speculative_generate
-from ssm_rollback.testing import tiny_config
+from ssm_rollback.testing import tiny_config, tiny_model
 
 hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
 # Model code warns about slow reference kernels and the like: not our concern here.
@@ -33,9 +33,7 @@ CHUNK = 16  # the tiny configs' chunk
 
 @functools.cache
 def model(model_type: str) -> torch.nn.Module:
-    torch.manual_seed(0)
-    built: torch.nn.Module = AutoModelForCausalLM.from_config(tiny_config(model_type))  # type: ignore[no-untyped-call]
-    return built.eval()
+    return tiny_model(model_type)
 
 
 def chunks(m: torch.nn.Module) -> list[int]:

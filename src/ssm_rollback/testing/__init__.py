@@ -13,7 +13,8 @@ Needs ``hypothesis`` and ``pytest`` (the ``dev`` extra).
 - ``tiny_config(model_type)`` builds the config of a tiny, randomly initialised
   model of any model type in ``TESTED_MODEL_TYPES`` (``hybrid_model_types()``:
   those with recurrent state in this ``transformers``); it needs only
-  ``transformers`` (the ``transformers`` extra), not hypothesis or pytest.
+  ``transformers`` (the ``transformers`` extra), not hypothesis or pytest;
+  ``tiny_model(model_type, seed=0)`` builds the model itself (and needs torch).
   ``DEMO_MODEL_TYPES`` are the ones ``ssm-rollback demo`` offers.
 """
 
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     from ._pool_machine import SnapshotPoolMachine
     from ._reference import ReferenceRing
     from ._ring_machine import INVALID_INDICES, SsmDecodeRingMachine
-    from ._tiny import hybrid_model_types, tiny_config
+    from ._tiny import hybrid_model_types, tiny_config, tiny_model
 
 __all__ = [
     "DEMO_MODEL_TYPES",
@@ -42,6 +43,7 @@ __all__ = [
     "SsmDecodeRingMachine",
     "hybrid_model_types",
     "tiny_config",
+    "tiny_model",
 ]
 
 # Imported on first use: the machines and the conformance suite need hypothesis and
@@ -56,6 +58,7 @@ _LAZY = {
     "SsmDecodeRingMachine": "._ring_machine",
     "hybrid_model_types": "._tiny",
     "tiny_config": "._tiny",
+    "tiny_model": "._tiny",
 }
 
 

@@ -3,8 +3,9 @@
 ``tiny_config(model_type)`` starts from the model type's default config and
 shrinks every size it knows (hidden size, heads, experts, SSM dims) and the
 layer pattern to four layers that keep one of each layer kind, so that a
-model builds and runs on a laptop CPU in well under a second. The demo and
-the test suite use these; nothing here downloads anything.
+model builds and runs on a laptop CPU in well under a second;
+``tiny_model(model_type, seed=...)`` builds one. The demo and the test
+suite use these; nothing here downloads anything.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-from transformers import CONFIG_MAPPING, AutoConfig, PretrainedConfig
+import torch
+from transformers import CONFIG_MAPPING, AutoConfig, AutoModelForCausalLM, PretrainedConfig
 from transformers.cache_utils import get_layer_types_and_kwargs
 
 from ._model_types import TESTED_MODEL_TYPES
@@ -24,6 +26,7 @@ __all__ = [
     "hybrid_model_types",
     "recurrent_layer_kinds",
     "tiny_config",
+    "tiny_model",
 ]
 
 #: Cache layer types of ``transformers`` that hold recurrent (conv / SSM) state.
@@ -202,6 +205,16 @@ def tiny_config(model_type: str, **overrides: object) -> PretrainedConfig:
         if isinstance(pattern, list):
             values["num_hidden_layers"] = len(pattern)
     return AutoConfig.for_model(model_type, **values)
+
+
+def tiny_model(model_type: str, *, seed: int = 0, **overrides: object) -> torch.nn.Module:
+    """A causal LM of ``tiny_config(model_type, **overrides)`` in eval mode, its random weights
+    drawn after ``torch.manual_seed(seed)`` (the caller's random state is left as it was)."""
+    config = tiny_config(model_type, **overrides)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model: torch.nn.Module = AutoModelForCausalLM.from_config(config)  # type: ignore[no-untyped-call]
+    return model.eval()
 
 
 def hybrid_model_types() -> list[str]:
