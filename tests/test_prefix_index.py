@@ -29,6 +29,7 @@ class _Ref:
     uses: int = 1
     used: int = 0
     base: int = 0
+    demoted: bool = False
 
 
 @attrs.define
@@ -63,6 +64,7 @@ class ReferenceIndex:
         self.clock += 1
         e.used = self.clock
         e.base = self.level
+        e.demoted = False
 
     def _extended(self, e: _Ref) -> bool:
         """Whether a live entry extends ``e``."""
@@ -90,11 +92,13 @@ class ReferenceIndex:
             if not free:
                 self.stats["declined"] += 1
                 return None
+            demoted = [e for e in free if e.demoted] or free  # demoted ones go first
             if self.eviction == "lru":
-                victim = min(free, key=lambda e: e.used)
+                victim = min(demoted, key=lambda e: e.used)
             else:
-                victim = min(free, key=lambda e: (self.priority(e), e.used))
-                self.level = max(self.level, self.priority(victim))
+                victim = min(demoted, key=lambda e: (self.priority(e), e.used))
+                if not victim.demoted:
+                    self.level = max(self.level, self.priority(victim))
                 self.ghosts.pop(hash(victim.tokens), None)
                 self.ghosts[hash(victim.tokens)] = victim.uses
                 if len(self.ghosts) > 4 * self.capacity:
@@ -165,6 +169,9 @@ class ReferenceIndex:
         e.pins = 0
         self.entries.remove(e)
 
+    def demote(self, slot: int) -> None:
+        next(e for e in self.entries if e.slot == slot).demoted = True
+
 
 TOKENS = st.lists(st.integers(0, 3), min_size=1, max_size=12)
 
@@ -232,6 +239,13 @@ class PrefixIndexMachine(RuleBasedStateMachine):
         self.index.discard(entry)
         self.ref.discard(entry.slot)
 
+    @precondition(lambda self: len(self.index) > 0)
+    @rule(data=st.data())
+    def demote(self, data: st.DataObject) -> None:
+        entry = data.draw(st.sampled_from(self.index.entries()))
+        self.index.demote(entry)
+        self.ref.demote(entry.slot)
+
     @invariant()
     def agrees(self) -> None:
         if not hasattr(self, "index"):
@@ -263,8 +277,10 @@ def test_fifty_thousand_random_operations_agree_with_the_reference() -> None:
                 machine.release(_Fixed([rng.randrange(len(machine.plans))]))
             elif op < 0.8:
                 machine.publish(tokens, _Fixed([rng.randint(1, len(tokens))]))
-            elif op < 0.9 and len(machine.index):
+            elif op < 0.85 and len(machine.index):
                 machine.discard(_Fixed([rng.choice(machine.index.entries())]))
+            elif op < 0.9 and len(machine.index):
+                machine.demote(_Fixed([rng.choice(machine.index.entries())]))
             else:
                 machine.match(tokens)
             machine.agrees()
@@ -520,4 +536,60 @@ def test_a_plan_asked_to_publish_at_its_hit_saves_nothing_there() -> None:
     assert plan.hit.entry.length == 8
     assert [s.length for s in plan.saves] == [10]
     index.release(plan)
+    index.check_valid()
+
+
+@pytest.mark.parametrize("eviction", ["lru", "benefit"])
+def test_a_demoted_entry_is_evicted_before_any_other(eviction: str) -> None:
+    index = PrefixSnapshotIndex(2, eviction=eviction)  # type: ignore[arg-type]
+    assert index.publish(0, [1, 1, 1, 1, 1, 1], 6) is not None  # older, and worth more
+    assert index.publish(0, [2, 2, 9], 2) is not None
+    newer = index.match([2, 2, 9])
+    assert newer is not None
+    index.demote(newer)
+    assert index.publish(0, [3, 3, 9], 2) is not None
+    assert index.match([2, 2, 9]) is None  # the demoted one went
+    assert index.match([1, 1, 1, 1, 1, 1, 9]) is not None
+    index.check_valid()
+
+
+def test_a_demoted_entry_stays_matchable_and_a_hit_makes_it_ordinary() -> None:
+    index = PrefixSnapshotIndex(2)
+    assert index.publish(0, [1, 2, 9], 2) is not None
+    assert index.publish(0, [3, 4, 9], 2) is not None
+    demoted = index.match([1, 2, 9])
+    assert demoted is not None
+    index.demote(demoted)
+    plan = index.plan_prefill(0, [1, 2, 9])  # still a hit: used again, no longer demoted
+    assert plan.hit is not None
+    assert plan.hit.entry == demoted
+    index.release(plan)
+    assert index.publish(0, [5, 6, 9], 2) is not None  # LRU again: [3, 4] goes
+    assert index.match([3, 4, 9]) is None
+    assert index.match([1, 2, 9]) == demoted
+
+
+def test_a_pinned_demoted_entry_is_not_evicted() -> None:
+    index = PrefixSnapshotIndex(1)
+    assert index.publish(0, [1, 2, 9], 2) is not None
+    plan = index.plan_prefill(0, [1, 2, 9])
+    assert plan.hit is not None
+    index.demote(plan.hit.entry)
+    assert index.publish(0, [5, 6, 9], 2) is None  # declined: the only entry is pinned
+    assert index.match([1, 2, 9]) == plan.hit.entry
+    index.release(plan)
+    assert index.publish(0, [5, 6, 9], 2) is not None
+
+
+def test_demoting_an_entry_not_live_is_refused_with_nothing_changed() -> None:
+    index = PrefixSnapshotIndex(2)
+    assert index.publish(0, [1, 2, 9], 2) is not None
+    (entry,) = index.entries()
+    index.discard(entry)
+    before = index.stats
+    with pytest.raises(InvalidArgumentError, match="'entry' must be a live entry"):
+        index.demote(entry)
+    with pytest.raises(InvalidArgumentError, match="'entry' must be a live entry"):
+        index.demote((2, 0, entry.ticket))  # type: ignore[arg-type]
+    assert index.stats == before
     index.check_valid()

@@ -9,6 +9,8 @@ from mutant_base import Mutant, mutant
 TRIE = "_core/prefix/_trie.py"
 INDEX = "_core/prefix/_index.py"
 PREFIX_TESTS = ("tests/test_prefix_placement.py", "tests/test_prefix_index.py")
+SESSIONS = "_apps/prefix_sim/_sessions.py"
+SESSIONS_TESTS = ("tests/test_prefix_sessions.py",)
 
 
 def _x(name: str, module: str, original: str, replacement: str, **kw: str) -> Mutant:
@@ -227,8 +229,40 @@ PREFIX_MUTANTS: tuple[Mutant, ...] = (
     _x(
         "index_lru_evicts_newest",
         INDEX,
-        "return (0, live.used)",
-        "return (0, -live.used)",
+        "return (rank, 0, live.used)",
+        "return (rank, 0, -live.used)",
+    ),
+    _x(
+        "index_demote_ignored",
+        INDEX,
+        "        rank = 0 if live.demoted else 1\n",
+        "        rank = 1\n",
+    ),
+    _x(
+        "index_demoted_victim_raises_the_level",
+        INDEX,
+        "            if not victim.demoted:  # rule 9",
+        "            if True:  # rule 9",
+    ),
+    _x(
+        "index_a_use_keeps_the_demotion",
+        INDEX,
+        "        live.demoted = False  # used again (rule 9)\n",
+        "",
+    ),
+    mutant(
+        "sessions_a_sample_demotes_too",
+        SESSIONS,
+        "            elif request.kind in MOVES_ON:",
+        "            elif True:",
+        SESSIONS_TESTS,
+    ),
+    mutant(
+        "sessions_shared_ends_are_a_sessions_own",
+        SESSIONS,
+        "e in live and e.length not in shared]",
+        "e in live]",
+        SESSIONS_TESTS,
     ),
     _x(
         "index_benefit_ignores_uses",

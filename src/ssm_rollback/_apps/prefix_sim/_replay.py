@@ -3,7 +3,9 @@
 Per request: ``match`` (pure) tells where the prefill will start, the rule
 says which positions to share, ``plan_prefill`` decides, the prefill runs
 (restore the hit, feed each chunk, apply its save), ``release`` unpins, and
-decoding ``publish``-es the rule's decode positions. Requests run one after
+decoding ``publish``-es the rule's decode positions. Under the application's
+rules the application then demotes what the request's session moved past
+(``_sessions``). Requests run one after
 another (one per scheduler step), the conservative case for the engine
 rules' step-end placement.
 
@@ -21,11 +23,12 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
-from ... import PrefillPlan, PrefixSnapshotIndex, SsmPrefixRestore, SsmPrefixSave
+from ... import PrefillPlan, PrefixEntry, PrefixSnapshotIndex, SsmPrefixRestore, SsmPrefixSave
 from ...prefix import Eviction
 from ._oracle import Bound, unlimited_bound
 from ._requests import Request
-from ._rules import EngineSettings, RuleName
+from ._rules import APP_RULES, EngineSettings, RuleName
+from ._sessions import SessionEntries
 
 __all__ = ["RuleResult", "replay", "replay_oracle"]
 
@@ -49,6 +52,8 @@ class RuleResult:
     published: int = 0
     evicted: int = 0
     declined: int = 0
+    #: Entries the application demoted once its session moved past them (``_sessions``).
+    demoted: int = 0
     mismatches: int = 0
 
     @property
@@ -115,7 +120,8 @@ def replay(
     """Run ``trace`` under ``rule`` with ``slots`` shared slots evicting by ``eviction``."""
     index = PrefixSnapshotIndex(slots, eviction=eviction)
     pool = _StandInPool()
-    prompt_tokens = prefill_tokens = mismatches = 0
+    sessions = SessionEntries(index) if rule in APP_RULES else None
+    prompt_tokens = prefill_tokens = mismatches = demoted = 0
     for done, request in enumerate(trace, start=1):
         tokens = request.tokens()
         length = len(tokens)
@@ -125,16 +131,23 @@ def replay(
         plan = index.plan_prefill(0, tokens, publish_at=at)
         live = pool.start(plan, tokens + list(request.output))
         mismatches += not live.exact
+        saves = []
         for chunk in plan.chunks:  # fed up to chunk.end: now its save
             if chunk.save is not None:
                 pool.save(chunk.save, live.at(chunk.end))
+                saves.append(chunk.save)
         index.release(plan)
         prompt_tokens += length
         prefill_tokens += length - plan.start
-        for position in engines.decode(rule, length, len(live.tokens)):
+        decoded = engines.decode(rule, length, len(live.tokens))
+        for position in decoded:
             save = index.publish(0, live.tokens, position)
             if save is not None:
                 pool.save(save, live.at(position))
+                saves.append(save)
+        if sessions is not None:  # the application demotes what its session moved past
+            placed = [PrefixEntry(save.length, save.slot, save.ticket) for save in saves]
+            demoted += sessions.settle(request, live.tokens, [*at, *decoded], placed)
         if progress is not None and done % 256 == 0:
             progress(done)
     stats = index.stats
@@ -150,6 +163,7 @@ def replay(
         published=stats.published,
         evicted=stats.evicted,
         declined=stats.declined,
+        demoted=demoted,
         mismatches=mismatches,
     )
 

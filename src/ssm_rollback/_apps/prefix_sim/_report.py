@@ -142,7 +142,7 @@ class SimulationReport:
                 lines.append(
                     f"{r.label:<20} {r.prefill_tokens:>14,} {_ratio(r, o):>8.2f}{against} "
                     f"{100 * r.hit_rate:>6.1f} {r.tokens_reused:>12,} {r.evicted:>8,} "
-                    f"{r.declined:>8,} {r.mismatches:>8,}"
+                    f"{r.demoted:>8,} {r.declined:>8,} {r.mismatches:>8,}"
                 )
             lines += self._app_against_the_rest(slots)
         return "\n".join(lines)
@@ -152,7 +152,7 @@ class SimulationReport:
         against = "" if clairvoyant is None else f" {f'x oracle@{slots}':>12}"
         return (
             f"{'rule':<20} {'prefill tokens':>14} {'x oracle':>8}{against} {'hit %':>6} "
-            f"{'reused':>12} {'evicted':>8} {'declined':>8} {'mismatch':>8}"
+            f"{'reused':>12} {'evicted':>8} {'demoted':>8} {'declined':>8} {'mismatch':>8}"
         )
 
     def _app_against_the_rest(self, slots: int) -> list[str]:

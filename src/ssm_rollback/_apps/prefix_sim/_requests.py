@@ -90,6 +90,13 @@ class Request:
         and evicted what the next turns needed.
         """
         messages = [segment for segment in self.prompt.chain() if segment.message]
-        shared = {s.end for s in messages if s.tokens[:2] == (START, SYSTEM)}
         newest = {messages[-2].end} if len(messages) >= 2 else set()
-        return tuple(sorted(shared | newest))
+        return tuple(sorted({*self.shared_ends(), *newest}))
+
+    def shared_ends(self) -> tuple[int, ...]:
+        """The ends of the messages other sessions send too (system prompt, tool schemas)."""
+        return tuple(
+            segment.end
+            for segment in self.prompt.chain()
+            if segment.message and segment.tokens[:2] == (START, SYSTEM)
+        )

@@ -48,6 +48,11 @@ The rules, which every method cites:
 8. **Failed saves.** ``discard(entry)`` drops an entry whose save failed
    (``apply_effects(..., prefix_index=)`` calls it), so nothing points at a
    slot that was not written.
+9. **Demoted.** ``demote(entry)``: the application says no request is
+   expected to hit the entry (its conversation moved past it). A demoted
+   unpinned entry is evicted before any other (the least recently used
+   demoted one first, without raising ``L``); it stays matchable until
+   then, and a hit or a publish of it makes it an ordinary entry again.
 """
 
 from __future__ import annotations
@@ -87,8 +92,9 @@ class _Live:
     #: The longest live entry it extends, and the live entries whose longest such entry it is.
     parent: _Live | None = None
     kids: dict[int, _Live] = attrs.field(factory=dict)  # by slot
-    #: Its eviction order (priority, last use) as last filed in the index's heap.
-    key: tuple[int, int] = (0, 0)
+    demoted: bool = False  # rule 9: evicted first, until its next use
+    #: Its eviction order (rank, priority, last use) as last filed in the index's heap.
+    key: tuple[int, int, int] = (1, 0, 0)
 
     def value(self) -> int:
         """Tokens it is expected to save (rule 7): its margin over its parent, per use."""
@@ -121,9 +127,10 @@ class PrefixSnapshotIndex:
     _roots: dict[int, _Live] = attrs.field(init=False, factory=dict)  # entries extending none
     #: The uses of recently evicted prefixes, by hash (rule 7): oldest first, GHOSTS x capacity.
     _ghosts: dict[int, int] = attrs.field(init=False, factory=dict)
-    #: (priority, last use, serial, entry): a min-heap; items whose key is not the entry's
-    #: current one (or whose entry is gone) are stale, skipped when met and dropped in bulk.
-    _heap: list[tuple[int, int, int, _Live]] = attrs.field(init=False, factory=list)
+    #: (rank, priority, last use, serial, entry): a min-heap; items whose key is not the
+    #: entry's current one (or whose entry is gone) are stale, skipped when met and dropped in
+    #: bulk.
+    _heap: list[tuple[int, int, int, int, _Live]] = attrs.field(init=False, factory=list)
     _serial: int = attrs.field(init=False, default=0)
     _stats: dict[str, int] = attrs.field(init=False)
 
@@ -282,6 +289,12 @@ class PrefixSnapshotIndex:
         """Drop a live entry whose save failed (rule 8); pins on it are void."""
         self._drop(self._live(entry))
 
+    def demote(self, entry: PrefixEntry) -> None:
+        """Evict a live entry before any other, once unpinned, until its next use (rule 9)."""
+        live = self._live(entry)
+        live.demoted = True
+        self._file(live)
+
     def check_valid(self) -> None:
         """Raise ``InvariantError`` naming the first broken invariant; for tests."""
         try:
@@ -306,7 +319,7 @@ class PrefixSnapshotIndex:
         )
         if held != outstanding or any(live.pins < 0 for live in self._by_slot.values()):
             raise InvariantError(f"{held} pins held, {outstanding} by unreleased plans")
-        filed = {(p, used, id(live)) for p, used, _, live in self._heap}
+        filed = {(rank, p, used, id(live)) for rank, p, used, _, live in self._heap}
         for live in self._by_slot.values():
             key = self._key(live)
             if live.key != key or (*key, id(live)) not in filed:
@@ -324,7 +337,8 @@ class PrefixSnapshotIndex:
             if victim is None:
                 self._stats["declined"] += 1
                 return None
-            self._level = max(self._level, victim.base + victim.value())
+            if not victim.demoted:  # rule 9: a demoted entry goes first, not for its priority
+                self._level = max(self._level, victim.base + victim.value())
             self._remember(victim)
             self._drop(victim)
             self._stats["evicted"] += 1
@@ -360,8 +374,8 @@ class PrefixSnapshotIndex:
         heap, pinned, victim = self._heap, [], None
         while heap:
             item = heapq.heappop(heap)
-            live = item[3]
-            if self._by_slot.get(live.entry.slot) is not live or live.key != item[:2]:
+            live = item[4]
+            if self._by_slot.get(live.entry.slot) is not live or live.key != item[:3]:
                 continue  # stale
             if live.pins and id(live) not in mine:
                 pinned.append(item)
@@ -372,11 +386,13 @@ class PrefixSnapshotIndex:
             heapq.heappush(heap, item)
         return victim
 
-    def _key(self, live: _Live) -> tuple[int, int]:
-        """Its eviction order (rule 7): ``"lru"`` by last use alone."""
+    def _key(self, live: _Live) -> tuple[int, int, int]:
+        """Its eviction order: demoted first (rule 9), then by priority (rule 7; ``"lru"`` by
+        last use alone)."""
+        rank = 0 if live.demoted else 1
         if self._eviction == "lru":
-            return (0, live.used)
-        return (live.base + live.value(), live.used)
+            return (rank, 0, live.used)
+        return (rank, live.base + live.value(), live.used)
 
     def _file(self, live: _Live) -> None:
         """File ``live`` in the heap under its current key, unless it is filed so already."""
@@ -423,6 +439,7 @@ class PrefixSnapshotIndex:
         self._clock += 1
         live.used = self._clock
         live.base = self._level
+        live.demoted = False  # used again (rule 9)
         self._file(live)
 
     def _check_forest(self) -> None:

@@ -1,0 +1,65 @@
+"""What the application knows of its own sessions: the entries each placed for itself.
+
+A chat turn, an edit, a regenerate, an agent step or a retry moves its
+conversation on: the next request of that session extends this one, so what
+the session placed for itself before and this request did not place again
+(an older answer's end, an older prompt end minus one) will not be hit.
+The application rules demote those entries (``PrefixSnapshotIndex.demote``,
+SPEC 13 rule 9 here): they stay matchable, but go before any other entry
+when slots run out. The first request of a session and a best-of-n sample
+(a search keeps several branches alive) demote nothing. Entries at shared
+message ends (system prompts, tool schemas: other sessions start there) are
+never a session's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Final, final
+
+from ... import PrefixEntry, PrefixSnapshotIndex
+from ._requests import Request, RequestKind
+
+__all__ = ["MOVES_ON", "SessionEntries"]
+
+#: The request kinds after which a session only goes on from the request itself.
+MOVES_ON: Final[frozenset[RequestKind]] = frozenset({"turn", "edit", "regenerate", "step", "retry"})
+
+
+@final
+class SessionEntries:
+    """Each session's own live entries in one index, and the demotions after each request."""
+
+    def __init__(self, index: PrefixSnapshotIndex) -> None:
+        self._index = index
+        self._own: dict[int, list[PrefixEntry]] = {}
+
+    def settle(
+        self,
+        request: Request,
+        tokens: Sequence[int],
+        wanted: Iterable[int],
+        placed: Iterable[PrefixEntry],
+    ) -> int:
+        """After ``request`` (its prompt and output ``tokens``) wanted its own entries at
+        ``wanted`` and ``placed`` new ones: demote what its session placed before and it did
+        not want, if it moves the session on; how many were demoted."""
+        live = set(self._index.entries())
+        shared = set(request.shared_ends())
+        positions = set(wanted) - shared
+        kept, demoted = [], 0
+        for entry in self._own.get(request.session, []):
+            if entry not in live:
+                continue  # evicted since
+            if entry.length in positions and self._index.tokens_of(entry) == tuple(
+                tokens[: entry.length]
+            ):
+                kept.append(entry)  # placed again by this request: still its own
+            elif request.kind in MOVES_ON:
+                self._index.demote(entry)
+                demoted += 1
+            else:
+                kept.append(entry)
+        kept += [e for e in placed if e in live and e.length not in shared]
+        self._own[request.session] = kept
+        return demoted

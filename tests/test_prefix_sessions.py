@@ -1,0 +1,121 @@
+"""The simulation's application demotes what a conversation moved past (``_sessions``)."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+
+from ssm_rollback import PrefixEntry, PrefixSnapshotIndex
+from ssm_rollback._apps.prefix_sim import (
+    RULES,
+    EngineSettings,
+    Request,
+    RequestKind,
+    Segment,
+    TraceParams,
+    generate,
+)
+from ssm_rollback._apps.prefix_sim._replay import replay
+from ssm_rollback._apps.prefix_sim._requests import (
+    ASSISTANT,
+    END,
+    NEWLINE,
+    START,
+    SYSTEM,
+    USER,
+)
+from ssm_rollback._apps.prefix_sim._rules import APP_RULES
+from ssm_rollback._apps.prefix_sim._sessions import SessionEntries
+
+SYSTEM_PROMPT = Segment.after(None, (START, SYSTEM, NEWLINE, *range(100, 120), END), message=True)
+
+
+def request(history: Segment, kind: RequestKind, first: int, output: int) -> Request:
+    """A user message of three tokens from ``first`` after ``history``, answered from
+    ``output``."""
+    message = Segment.after(
+        history, (START, USER, NEWLINE, first, first + 1, first + 2, END), message=True
+    )
+    prompt = Segment.after(message, (START, ASSISTANT, NEWLINE), message=False)
+    return Request(0, kind, prompt, (output, output + 1, END))
+
+
+class Chat:
+    """One session's requests through an index, placing what ``app-branches`` places."""
+
+    def __init__(self, capacity: int) -> None:
+        self.index = PrefixSnapshotIndex(capacity)
+        self.sessions = SessionEntries(self.index)
+
+    def serve(self, r: Request) -> tuple[dict[str, PrefixEntry], int]:
+        """Place the shared end, the prompt end minus one and the output end; settle."""
+        tokens = [*r.tokens(), *r.output]
+        prompt = len(r.tokens())
+        wanted = {"system": SYSTEM_PROMPT.end, "prompt": prompt - 1, "output": len(tokens) - 1}
+        placed = {}
+        for name, length in wanted.items():
+            save = self.index.publish(0, tokens, length)
+            if save is not None:
+                placed[name] = PrefixEntry(save.length, save.slot, save.ticket)
+        demoted = self.sessions.settle(r, tokens, wanted.values(), placed.values())
+        return placed, demoted
+
+
+def test_a_turn_demotes_the_previous_requests_own_entries_not_the_shared_prompt() -> None:
+    chat = Chat(5)
+    first = request(SYSTEM_PROMPT, "first", 1000, 2000)
+    one, demoted = chat.serve(first)
+    assert demoted == 0
+    turn = request(Segment.after(first.prompt, first.output, message=True), "turn", 1100, 2100)
+    two, demoted = chat.serve(turn)
+    assert demoted == 2  # turn one's prompt end minus one and its output end
+    assert set(chat.index.entries()) == {*one.values(), *two.values()}  # demoted, still held
+    # Full: the next publish evicts a demoted entry, not the older shared system prompt.
+    assert chat.index.publish(0, [9, 9, 9, 9], 3) is not None
+    left = set(chat.index.entries())
+    assert one["system"] in left
+    assert set(two.values()) <= left
+    assert len({one["prompt"], one["output"]} & left) == 1
+    chat.index.check_valid()
+
+
+def test_a_regenerate_keeps_the_prompt_end_and_demotes_the_answer_it_replaces() -> None:
+    chat = Chat(4)
+    first = request(SYSTEM_PROMPT, "first", 1000, 2000)
+    one, _ = chat.serve(first)
+    again = Request(0, "regenerate", first.prompt, (3000, 3001, END))
+    two, demoted = chat.serve(again)
+    assert set(two) == {"output"}  # the prompt end minus one was held already
+    assert demoted == 1  # the first answer's end
+    assert chat.index.publish(0, [9, 9, 9], 2) is not None  # full: the demoted answer goes
+    assert one["output"] not in chat.index.entries()
+    assert {one["system"], one["prompt"], two["output"]} <= set(chat.index.entries())
+
+
+@pytest.mark.parametrize("kind", ["first", "sample"])
+def test_a_first_request_or_a_sample_demotes_nothing(kind: RequestKind) -> None:
+    """A best-of-n sample: its siblings' branches are alive (a search keeps several)."""
+    chat = Chat(8)
+    first = request(SYSTEM_PROMPT, "first", 1000, 2000)
+    chat.serve(first)
+    _, demoted = chat.serve(Request(0, kind, first.prompt, (3000, 3001, END)))
+    assert demoted == 0
+
+
+@pytest.mark.parametrize("workload", ["chat", "agentic"])
+def test_only_the_application_rules_demote_and_every_restore_stays_exact(workload: str) -> None:
+    params = TraceParams.default(workload, requests=300)
+    trace = generate(
+        attrs.evolve(params, system_tokens=40, user_tokens=10, output_tokens=12, sessions=8)
+    )
+    engines = EngineSettings(vllm_block_size=16, vllm_max_num_batched_tokens=64)
+    for rule in RULES:
+        result = replay(trace, rule, slots=16, eviction="benefit", engines=engines)
+        assert result.mismatches == 0
+        assert (result.demoted > 0) == (rule in APP_RULES), (rule, result.demoted)
+
+
+def test_a_branching_search_demotes_nothing() -> None:
+    trace = generate(TraceParams.default("branching", requests=200))
+    result = replay(trace, "app-branches", slots=16, eviction="benefit", engines=EngineSettings())
+    assert result.demoted == 0
