@@ -8,6 +8,7 @@ from mutant_base import Mutant, mutant
 
 TRIE = "_core/prefix/_trie.py"
 INDEX = "_core/prefix/_index.py"
+EVICTION = "_core/prefix/_eviction.py"
 PREFIX_TESTS = ("tests/test_prefix_placement.py", "tests/test_prefix_index.py")
 SESSIONS = "_apps/prefix_sim/_sessions.py"
 SESSIONS_TESTS = ("tests/test_prefix_sessions.py",)
@@ -128,9 +129,9 @@ PREFIX_MUTANTS: tuple[Mutant, ...] = (
     ),
     _x(
         "index_placed_again_counts_a_use",
-        INDEX,
-        "        live.uses = self._ghosts.pop(hash(live.tokens), 1)\n",
-        "        live.uses += self._ghosts.pop(hash(live.tokens), 0)\n",
+        EVICTION,
+        "        return self._ghosts.pop(hash(tokens), 1)\n",
+        "        return 1 + self._ghosts.pop(hash(tokens), 0)\n",
     ),
     _x(
         "index_hit_restore_wrong_length",
@@ -157,7 +158,7 @@ PREFIX_MUTANTS: tuple[Mutant, ...] = (
     _x(
         "index_live_prefix_placed_again",
         INDEX,
-        "            if live is not None:\n                self._touch(live)\n                continue\n",
+        "            if live is not None:\n                self._order.touch(live)\n                continue\n",
         "",
         equivalent=(
             "a live prefix longer than the hit would have been the hit (match takes the longest "
@@ -205,7 +206,7 @@ PREFIX_MUTANTS: tuple[Mutant, ...] = (
     _x(
         "index_publish_live_placed_again",
         INDEX,
-        "        if live is not None:\n            self._touch(live)\n            return None\n",
+        "        if live is not None:\n            self._order.touch(live)\n            return None\n",
         "",
     ),
     _x(
@@ -217,37 +218,37 @@ PREFIX_MUTANTS: tuple[Mutant, ...] = (
     _x(
         "index_full_not_evicting",
         INDEX,
-        "        if not self._free:\n            victim = self._victim(own)\n",
+        "        if not self._free:\n            victim = self._order.victim(own)\n",
         "        if not self._free:\n            victim = None\n",
     ),
     _x(
         "index_victim_pinned_ok",
-        INDEX,
+        EVICTION,
         "            if live.pins and id(live) not in mine:",
         "            if False:",
     ),
     _x(
         "index_lru_evicts_newest",
-        INDEX,
+        EVICTION,
         "return (rank, 0, live.used)",
         "return (rank, 0, -live.used)",
     ),
     _x(
         "index_demote_ignored",
-        INDEX,
+        EVICTION,
         "        rank = 0 if live.demoted else 1\n",
         "        rank = 1\n",
     ),
     _x(
         "index_demoted_victim_raises_the_level",
-        INDEX,
-        "            if not victim.demoted:  # rule 9",
-        "            if True:  # rule 9",
+        EVICTION,
+        "        if not victim.demoted:\n",
+        "        if True:\n",
     ),
     _x(
         "index_a_use_keeps_the_demotion",
-        INDEX,
-        "        live.demoted = False  # used again (rule 9)\n",
+        EVICTION,
+        "        live.demoted = False\n",
         "",
     ),
     mutant(
@@ -266,21 +267,21 @@ PREFIX_MUTANTS: tuple[Mutant, ...] = (
     ),
     _x(
         "index_benefit_ignores_uses",
-        INDEX,
+        EVICTION,
         "        return (self.entry.length - below) * self.uses\n",
         "        return self.entry.length - below\n",
     ),
     _x(
         "index_benefit_ignores_margin",
-        INDEX,
+        EVICTION,
         "        return (self.entry.length - below) * self.uses\n",
         "        return self.entry.length * self.uses\n",
     ),
     _x(
         "index_place_same_ticket",
         INDEX,
-        "live = _Live(PrefixEntry(length, slot, mint_ticket()), tuple(tokens[:length]))",
-        "live = _Live(PrefixEntry(length, slot, slot + 1), tuple(tokens[:length]))",
+        "live = Live(PrefixEntry(length, slot, mint_ticket()), tuple(tokens[:length]))",
+        "live = Live(PrefixEntry(length, slot, slot + 1), tuple(tokens[:length]))",
     ),
     _x("index_drop_slot_not_freed", INDEX, "        self._free.append(live.entry.slot)\n", ""),
     _x(
@@ -301,7 +302,7 @@ PREFIX_MUTANTS: tuple[Mutant, ...] = (
     ),
     _x(
         "index_touch_no_clock",
-        INDEX,
+        EVICTION,
         "        self._clock += 1\n        live.used",
         "        live.used",
     ),

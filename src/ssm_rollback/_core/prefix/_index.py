@@ -53,13 +53,14 @@ The rules, which every method cites:
    unpinned entry is evicted before any other (the least recently used
    demoted one first, without raising ``L``); it stays matchable until
    then, and a hit or a publish of it makes it an ordinary entry again.
+
+The order rules 7 and 9 evict in is ``_eviction.EvictionOrder``'s.
 """
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Sequence
-from typing import Final, Literal, final, get_args
+from typing import final
 
 import attrs
 
@@ -67,39 +68,11 @@ from ..._errors import InvalidArgumentError, InvariantError, check_non_negative_
 from ..columns import int_column
 from ..effects import SsmPrefixRestore, SsmPrefixSave
 from ..ring import mint_ticket
+from ._eviction import EVICTIONS, Eviction, EvictionOrder, Live
 from ._trie import Trie
 from ._values import PrefillChunk, PrefillPlan, PrefixEntry, PrefixHit, PrefixStats
 
-__all__ = ["Eviction", "PrefixSnapshotIndex"]
-
-Eviction = Literal["lru", "benefit"]
-EVICTIONS: Final = get_args(Eviction)
-#: Evicted prefixes whose uses "benefit" remembers, per shared slot (rule 7).
-GHOSTS: Final = 4
-
-
-@attrs.define(eq=False)
-class _Live:
-    """One live entry and what the index keeps about it."""
-
-    entry: PrefixEntry
-    tokens: tuple[int, ...]
-    pins: int = 0
-    #: One, plus its hits at a branch (rule 7), remembered across evictions.
-    uses: int = 1
-    used: int = 0  # the index's clock at the last publish or hit
-    base: int = 0  # the index's level at the last publish or hit ("benefit", rule 7)
-    #: The longest live entry it extends, and the live entries whose longest such entry it is.
-    parent: _Live | None = None
-    kids: dict[int, _Live] = attrs.field(factory=dict)  # by slot
-    demoted: bool = False  # rule 9: evicted first, until its next use
-    #: Its eviction order (rank, priority, last use) as last filed in the index's heap.
-    key: tuple[int, int, int] = (1, 0, 0)
-
-    def value(self) -> int:
-        """Tokens it is expected to save (rule 7): its margin over its parent, per use."""
-        below = 0 if self.parent is None else self.parent.entry.length
-        return (self.entry.length - below) * self.uses
+__all__ = ["EVICTIONS", "Eviction", "PrefixSnapshotIndex"]
 
 
 def _capacity(value: int) -> int:
@@ -118,20 +91,11 @@ class PrefixSnapshotIndex:
 
     _capacity: int = attrs.field(converter=_capacity)
     _eviction: Eviction = attrs.field(default="lru", kw_only=True)
-    _trie: Trie[_Live] = attrs.field(init=False, factory=Trie)
-    _by_slot: dict[int, _Live] = attrs.field(init=False, factory=dict)
+    _trie: Trie[Live] = attrs.field(init=False, factory=Trie)
+    _by_slot: dict[int, Live] = attrs.field(init=False, factory=dict)
     _free: list[int] = attrs.field(init=False)
-    _plans: dict[int, tuple[_Live, ...]] = attrs.field(init=False, factory=dict)
-    _clock: int = attrs.field(init=False, default=0)
-    _level: int = attrs.field(init=False, default=0)  # GreedyDual's L (rule 7)
-    _roots: dict[int, _Live] = attrs.field(init=False, factory=dict)  # entries extending none
-    #: The uses of recently evicted prefixes, by hash (rule 7): oldest first, GHOSTS x capacity.
-    _ghosts: dict[int, int] = attrs.field(init=False, factory=dict)
-    #: (rank, priority, last use, serial, entry): a min-heap; items whose key is not the
-    #: entry's current one (or whose entry is gone) are stale, skipped when met and dropped in
-    #: bulk.
-    _heap: list[tuple[int, int, int, int, _Live]] = attrs.field(init=False, factory=list)
-    _serial: int = attrs.field(init=False, default=0)
+    _plans: dict[int, tuple[Live, ...]] = attrs.field(init=False, factory=dict)
+    _order: EvictionOrder = attrs.field(init=False)  # rules 7 and 9
     _stats: dict[str, int] = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
@@ -141,6 +105,7 @@ class PrefixSnapshotIndex:
                 f"got {self._eviction!r}"
             )
         self._free = list(range(self._capacity - 1, -1, -1))  # popped lowest first
+        self._order = EvictionOrder(self._eviction, self._capacity, self._by_slot)
         self._stats = dict.fromkeys(attrs.fields_dict(PrefixStats), 0)
 
     @property
@@ -202,7 +167,7 @@ class PrefixSnapshotIndex:
                 f"got {positions[-1]}"
             )
         found = self._trie.longest(token_list, len(token_list) - 1) if self._by_slot else None
-        pinned: list[_Live] = []
+        pinned: list[Live] = []
         hit = None
         if found is None:
             self._stats["misses"] += 1
@@ -212,22 +177,22 @@ class PrefixSnapshotIndex:
             # Rule 7: a hit counts as a use where the request leaves the traffic the index
             # knows (a longer entry extends the hit); on a frontier it may only pass through.
             frontier = not found.kids
-            last_use = (found.used, found.base)
+            last_use = self._order.last_use(found)
             found.uses += not frontier
-            self._touch(found)
+            self._order.touch(found)
             found.pins += 1
             pinned.append(found)
             e = found.entry
             hit = PrefixHit(e, SsmPrefixRestore(seq, e.slot, e.length, e.ticket))
         start = 0 if hit is None else hit.entry.length
         chunks: list[PrefillChunk] = []
-        own: list[_Live] = []
+        own: list[Live] = []
         for position in positions:
             if position <= start or position == 0:
                 continue
             live = self._trie.get(token_list, position)
             if live is not None:
-                self._touch(live)
+                self._order.touch(live)
                 continue
             placed = self._place(token_list, position, own)
             if placed is None:
@@ -237,8 +202,7 @@ class PrefixSnapshotIndex:
         if found is not None and frontier and found.kids and self._eviction == "benefit":
             # Passed through (rule 7): the plan placed a longer entry on the hit's path, where
             # the traffic goes on; the hit keeps the age it had.
-            found.used, found.base = last_use
-            self._file(found)
+            self._order.pass_through(found, last_use)
         for live in own:
             if self._by_slot.get(live.entry.slot) is live:  # not evicted for a later position
                 pinned.append(live)
@@ -277,7 +241,7 @@ class PrefixSnapshotIndex:
             )
         live = self._trie.get(token_list, length)
         if live is not None:
-            self._touch(live)
+            self._order.touch(live)
             return None
         placed = self._place(token_list, length)
         if placed is None:
@@ -291,9 +255,7 @@ class PrefixSnapshotIndex:
 
     def demote(self, entry: PrefixEntry) -> None:
         """Evict a live entry before any other, once unpinned, until its next use (rule 9)."""
-        live = self._live(entry)
-        live.demoted = True
-        self._file(live)
+        self._order.demote(self._live(entry))
 
     def check_valid(self) -> None:
         """Raise ``InvariantError`` naming the first broken invariant; for tests."""
@@ -309,7 +271,6 @@ class PrefixSnapshotIndex:
                 raise InvariantError(f"slot {slot} holds {live.entry} of {len(live.tokens)} tokens")
         if sorted(self._free + list(self._by_slot)) != list(range(self._capacity)):
             raise InvariantError("every shared slot must be either free or owned by one entry")
-        self._check_forest()
         held = sum(live.pins for live in self._by_slot.values())
         outstanding = sum(
             1
@@ -319,147 +280,43 @@ class PrefixSnapshotIndex:
         )
         if held != outstanding or any(live.pins < 0 for live in self._by_slot.values()):
             raise InvariantError(f"{held} pins held, {outstanding} by unreleased plans")
-        filed = {(rank, p, used, id(live)) for rank, p, used, _, live in self._heap}
-        for live in self._by_slot.values():
-            key = self._key(live)
-            if live.key != key or (*key, id(live)) not in filed:
-                raise InvariantError(f"{live.entry} is filed for eviction as {live.key}, not {key}")
+        self._order.check()
 
     # -- placement and eviction ------------------------------------------------------
 
-    def _place(self, tokens: list[int], length: int, own: Sequence[_Live] = ()) -> _Live | None:
+    def _place(self, tokens: list[int], length: int, own: Sequence[Live] = ()) -> Live | None:
         """A new entry at ``tokens[:length]`` in a free or evicted slot; ``None``: declined.
 
         ``own``: what the plan placing it has placed so far, which it may evict (rule 6).
         """
         if not self._free:
-            victim = self._victim(own)
+            victim = self._order.victim(own)
             if victim is None:
                 self._stats["declined"] += 1
                 return None
-            if not victim.demoted:  # rule 9: a demoted entry goes first, not for its priority
-                self._level = max(self._level, victim.base + victim.value())
-            self._remember(victim)
+            self._order.evicted(victim)
             self._drop(victim)
             self._stats["evicted"] += 1
         slot = self._free.pop()
-        live = _Live(PrefixEntry(length, slot, mint_ticket()), tuple(tokens[:length]))
-        live.uses = self._ghosts.pop(hash(live.tokens), 1)
+        live = Live(PrefixEntry(length, slot, mint_ticket()), tuple(tokens[:length]))
+        live.uses = self._order.uses_of(live.tokens)
         self._trie.put(tokens, length, live)
         self._by_slot[slot] = live
-        self._adopt(live, self._trie.longest(tokens, length - 1))
-        self._touch(live)
+        parent = self._trie.longest(tokens, length - 1)
+        self._order.adopt(live, parent, self._trie.nearest_below(live.tokens, length))
+        self._order.touch(live)
         self._stats["published"] += 1
         return live
 
-    def _adopt(self, live: _Live, parent: _Live | None) -> None:
-        """File a new entry under ``parent`` (the longest live entry it extends) in the forest."""
-        siblings = self._roots if parent is None else parent.kids
-        # The nearest entries below it in the tree were filed under ``parent``: now under it,
-        # their margin shrinks (rule 7).
-        for kid in self._trie.nearest_below(live.tokens, live.entry.length):
-            del siblings[kid.entry.slot]
-            kid.parent = live
-            live.kids[kid.entry.slot] = kid
-            self._file(kid)
-        live.parent = parent
-        siblings[live.entry.slot] = live
-
-    def _victim(self, own: Sequence[_Live]) -> _Live | None:
-        """The unpinned entry the policy evicts (rule 7), or ``None`` when all are pinned.
-
-        The heap's least current item; pinned entries met on the way are filed back.
-        """
-        mine = {id(live) for live in own}
-        heap, pinned, victim = self._heap, [], None
-        while heap:
-            item = heapq.heappop(heap)
-            live = item[4]
-            if self._by_slot.get(live.entry.slot) is not live or live.key != item[:3]:
-                continue  # stale
-            if live.pins and id(live) not in mine:
-                pinned.append(item)
-                continue
-            victim = live
-            break
-        for item in pinned:
-            heapq.heappush(heap, item)
-        return victim
-
-    def _key(self, live: _Live) -> tuple[int, int, int]:
-        """Its eviction order: demoted first (rule 9), then by priority (rule 7; ``"lru"`` by
-        last use alone)."""
-        rank = 0 if live.demoted else 1
-        if self._eviction == "lru":
-            return (rank, 0, live.used)
-        return (rank, live.base + live.value(), live.used)
-
-    def _file(self, live: _Live) -> None:
-        """File ``live`` in the heap under its current key, unless it is filed so already."""
-        key = self._key(live)
-        if key == live.key:
-            return
-        live.key = key
-        self._serial += 1
-        heapq.heappush(self._heap, (*key, self._serial, live))
-        if len(self._heap) > 2 * len(self._by_slot) + 64:  # mostly stale: rebuild, amortised
-            self._heap = [
-                (*e.key, n, e) for n, e in enumerate(self._by_slot.values(), self._serial + 1)
-            ]
-            self._serial += len(self._heap)
-            heapq.heapify(self._heap)
-
-    def _remember(self, victim: _Live) -> None:
-        """Keep an evicted prefix's uses: placed again, it is worth what it was (rule 7)."""
-        if self._eviction == "lru":
-            return
-        key = hash(victim.tokens)  # statistics only: a collision misjudges, never matches
-        self._ghosts.pop(key, None)
-        self._ghosts[key] = victim.uses
-        if len(self._ghosts) > GHOSTS * self._capacity:
-            del self._ghosts[next(iter(self._ghosts))]
-
-    def _drop(self, live: _Live) -> None:
-        parent = live.parent
-        siblings = self._roots if parent is None else parent.kids
-        del siblings[live.entry.slot]
-        live.parent = None
-        for slot, kid in live.kids.items():  # their margin grows (rule 7)
-            kid.parent = parent
-            siblings[slot] = kid
-            self._file(kid)
-        live.kids = {}
+    def _drop(self, live: Live) -> None:
+        self._order.detach(live)
         self._trie.remove(live.tokens, live.entry.length)
         del self._by_slot[live.entry.slot]
         self._free.append(live.entry.slot)
         self._free.sort(reverse=True)
         live.pins = 0
 
-    def _touch(self, live: _Live) -> None:
-        self._clock += 1
-        live.used = self._clock
-        live.base = self._level
-        live.demoted = False  # used again (rule 9)
-        self._file(live)
-
-    def _check_forest(self) -> None:
-        """Each entry's parent is the longest live entry it extends; kids mirror parents."""
-        lives = list(self._by_slot.values())
-        for live in lives:
-            n = live.entry.length
-            below = [
-                o for o in lives if o.entry.length < n and live.tokens[: o.entry.length] == o.tokens
-            ]
-            expected = max(below, key=lambda o: o.entry.length, default=None)
-            if live.parent is not expected:
-                raise InvariantError(f"{live.entry} is filed under the wrong entry")
-            siblings = self._roots if expected is None else expected.kids
-            if siblings.get(live.entry.slot) is not live:
-                raise InvariantError(f"{live.entry} is missing from its parent's entries")
-        if sum(len(live.kids) for live in lives) + len(self._roots) != len(lives):
-            raise InvariantError("the forest of live entries holds entries no longer live")
-
-    def _live(self, entry: PrefixEntry) -> _Live:
+    def _live(self, entry: PrefixEntry) -> Live:
         live = self._by_slot.get(entry.slot) if type(entry) is PrefixEntry else None
         if live is None or live.entry != entry:
             raise InvalidArgumentError(f"'entry' must be a live entry of this index, got {entry!r}")
