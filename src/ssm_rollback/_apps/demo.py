@@ -19,11 +19,10 @@ from collections.abc import Callable
 
 import attrs
 import torch
-from transformers import AutoModelForCausalLM
 from transformers.utils import logging as hf_logging
 
 from ..integrations.transformers import backtracking_generate
-from ..testing import tiny_config
+from ..testing import tiny_config, tiny_model
 
 __all__ = ["DEFAULT_MODEL_TYPE", "DemoOptions", "DemoReport", "run_demo"]
 
@@ -74,8 +73,7 @@ def run_demo(options: DemoOptions, progress: Callable[[int, int], None]) -> Demo
     hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
     config = tiny_config(options.model_type)
     vocab: int = config.get_text_config(decoder=True).vocab_size
-    torch.manual_seed(options.seed)
-    model: torch.nn.Module = AutoModelForCausalLM.from_config(config)  # type: ignore[no-untyped-call]
+    model = tiny_model(options.model_type, seed=options.seed)
     rng = torch.Generator().manual_seed(options.seed)
     banned = torch.tensor([token % 11 == 5 for token in range(vocab)])  # what a validator rejects
 
@@ -85,7 +83,7 @@ def run_demo(options: DemoOptions, progress: Callable[[int, int], None]) -> Demo
 
     prompt = torch.randint(0, vocab, (1, PROMPT_LEN), generator=rng)
     result = backtracking_generate(
-        model.eval(),
+        model,
         prompt,
         max_new_tokens=options.length,
         is_boundary=lambda token: token % 8 == 0,  # "punctuation"

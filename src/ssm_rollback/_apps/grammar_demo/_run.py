@@ -20,13 +20,12 @@ from collections.abc import Callable, Sequence
 
 import attrs
 import torch
-from transformers import AutoModelForCausalLM
 from transformers.utils import logging as hf_logging
 
 from ..._errors import InvalidArgumentTypeError
 from ...integrations.grammar import ByteTokenizer, GrammarMatcher, allocate_token_bitmask
 from ...integrations.transformers import GenerationReport, backtracking_generate
-from ...testing import tiny_config
+from ...testing import tiny_config, tiny_model
 from ._bans import BanningMatcher
 from ._judge import BOUNDARY_BYTES, Judge
 from ._options import GrammarDemoOptions
@@ -44,11 +43,7 @@ def _tiny_model(model_type: str, vocab_size: int, seed: int) -> torch.nn.Module:
     text = tiny_config(model_type).get_text_config(decoder=True)
     if getattr(text, "unpadded_vocab_size", None) is not None:
         sizes["unpadded_vocab_size"] = vocab_size  # Inkling2's head is this wide
-    torch.manual_seed(seed)
-    model: torch.nn.Module = AutoModelForCausalLM.from_config(  # type: ignore[no-untyped-call]
-        tiny_config(model_type, **sizes)
-    )
-    return model.eval()
+    return tiny_model(model_type, seed=seed, **sizes)
 
 
 @attrs.define
