@@ -37,8 +37,7 @@ from .prefix_models import check_continues
 from .prefix_report import PrefixCacheReport
 from .prefix_store import PrefixCopies
 from .prompts import read_prompts
-from .scan_chunks import ScanChunks
-from .stream import keeps_one_logit
+from .stream import CachedForward
 
 __all__ = ["HybridPrefixCache", "PrefixCacheReport"]
 
@@ -62,11 +61,7 @@ class HybridPrefixCache:
         check_continues(model, self._vocab)
         self._model = model
         self._config: PretrainedConfig = getattr(model, "config")  # noqa: B009 (typed here)
-        self._device = next(model.parameters()).device
-        self._chunks = ScanChunks(model)
-        # A prefill chunk's logits are never read: ask for one row of them where the model can
-        # (a long chunk's full logits cost about a tenth of its forward pass on CPU).
-        self._keep_one = keeps_one_logit(model)
+        self._pass = CachedForward(model)
         # The smallest entry (one token) bounds how many can ever fit: the index's slots.
         smallest = cache_nbytes(self._forward(None, [0])) if self._max_bytes else 1
         self._index = PrefixSnapshotIndex(self._max_bytes // max(smallest, 1))
@@ -206,14 +201,8 @@ class HybridPrefixCache:
         return prompts.rows[0]
 
     def _forward(self, cache: Cache | None, tokens: list[int]) -> Cache:
-        with torch.no_grad(), self._chunks.narrowed(len(tokens)):
-            inputs = torch.tensor([tokens], dtype=torch.long, device=self._device)
-            kwargs: dict[str, object] = {} if cache is None else {"cache": cache}
-            if self._keep_one:
-                kwargs["logits_to_keep"] = 1
-            out = self._model(inputs, use_cache=True, **kwargs)
-        fed: Cache = out.cache
-        return fed
+        # A prefill chunk's logits are never read: one row of them, where the model can.
+        return self._pass(cache, tokens, last_only=True)[0]
 
     def _prefill(
         self, tokens: list[int], positions: set[int], *, rest: bool

@@ -27,7 +27,7 @@ from .cache_pool import HybridCacheSnapshotPool
 from .crop import plan_crop_attention
 from .scan_chunks import ScanChunks
 
-__all__ = ["keeps_one_logit"]
+__all__ = ["CachedForward"]
 
 
 def keeps_one_logit(model: torch.nn.Module) -> bool:
@@ -40,6 +40,34 @@ def keeps_one_logit(model: torch.nn.Module) -> bool:
         return "logits_to_keep" in inspect.signature(forward).parameters
     except (TypeError, ValueError):  # no signature to read: pass nothing extra
         return False
+
+
+@final
+class CachedForward:
+    """One model's forward passes over a cache: no gradients, the Mamba2 scan narrowed to the
+    pass (``narrow_scans``, ``ScanChunks``), and with ``last_only`` one row of logits where
+    the model takes ``logits_to_keep``."""
+
+    def __init__(self, model: torch.nn.Module, *, narrow_scans: bool = True) -> None:
+        self.model = model
+        self._device = next(model.parameters()).device
+        self._chunks = ScanChunks(model if narrow_scans else torch.nn.Module())
+        self._keeps_one = keeps_one_logit(model)
+
+    def __call__(
+        self, cache: Cache | None, tokens: list[int], *, last_only: bool
+    ) -> tuple[Cache, torch.Tensor]:
+        """The cache after feeding ``tokens`` on ``cache``, and the logits (of the last token
+        alone, where the model can, with ``last_only``)."""
+        with torch.no_grad(), self._chunks.narrowed(len(tokens)):
+            inputs = torch.tensor([tokens], dtype=torch.long, device=self._device)
+            kwargs: dict[str, object] = {} if cache is None else {"cache": cache}
+            if last_only and self._keeps_one:
+                kwargs["logits_to_keep"] = 1
+            out = self.model(inputs, use_cache=True, **kwargs)
+        fed: Cache = out.cache
+        logits: torch.Tensor = out.logits
+        return fed, logits
 
 
 def _has_recurrent_state(cache: Cache) -> bool:
@@ -62,9 +90,7 @@ class _Stream:
         self._model = model
         self._vocab = vocab
         self._ring_slots = ring_slots
-        self._device = next(model.parameters()).device
-        self._chunks = ScanChunks(model if narrow_scans else torch.nn.Module())
-        self._keeps_one = keeps_one_logit(model)
+        self._forward = CachedForward(model, narrow_scans=narrow_scans)
         self.cache: Cache | None = None
         self.pool: HybridCacheSnapshotPool | None = None
         self.fed: list[int] = []  # tokens the cache holds, prompt included
@@ -77,20 +103,15 @@ class _Stream:
         """Feed the queued tokens and ``ids`` in one forward pass; the logits of ``ids`` (of
         the last alone with ``last_only``: a prompt's others are never read)."""
         tokens = [*self.queued, *ids]
-        with torch.no_grad(), self._chunks.narrowed(len(tokens)):
-            inputs = torch.tensor([tokens], dtype=torch.long, device=self._device)
-            kwargs: dict[str, object] = {} if self.cache is None else {"cache": self.cache}
-            if last_only and self._keeps_one:
-                kwargs["logits_to_keep"] = 1
-            out = self._model(inputs, use_cache=True, **kwargs)
+        cache, out = self._forward(self.cache, tokens, last_only=last_only)
         self.forward_passes += 1
-        self.cache = out.cache
+        self.cache = cache
         self.fed += tokens
         self.queued = []
-        if self.pool is None and _has_recurrent_state(out.cache):
-            self.pool = HybridCacheSnapshotPool(out.cache, self._ring_slots + 1)
+        if self.pool is None and _has_recurrent_state(cache):
+            self.pool = HybridCacheSnapshotPool(cache, self._ring_slots + 1)
         first = -1 if last_only else len(tokens) - len(ids)
-        logits: torch.Tensor = out.logits[0, first:, : self._vocab]
+        logits: torch.Tensor = out[0, first:, : self._vocab]
         return logits
 
     def save(self, save: SsmSnapshotSave, ring: SsmDecodeRing) -> bool:
