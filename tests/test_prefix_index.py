@@ -30,6 +30,7 @@ class _Ref:
     used: int = 0
     base: int = 0
     demoted: bool = False
+    first_use: int = 16  # sixteenths of a use, while a live entry extends it
 
 
 @attrs.define
@@ -43,6 +44,8 @@ class ReferenceIndex:
     clock: int = 0
     level: int = 0
     ghosts: dict[int, int] = attrs.field(factory=dict)
+    branch_hits: int = 0
+    interiors: int = 0
     stats: dict[str, int] = attrs.field(
         factory=lambda: dict.fromkeys(
             ("hits", "misses", "tokens_reused", "published", "evicted", "declined"), 0
@@ -82,8 +85,18 @@ class ReferenceIndex:
         return n - max(below, default=0)
 
     def priority(self, e: _Ref) -> int:
-        """GreedyDual: the level at its last use plus margin x uses (SPEC 13's "benefit")."""
-        return e.base + self.margin(e) * e.uses
+        """GreedyDual: the level at its last use plus margin x uses (SPEC 13's "benefit"), in
+        sixteenths, the first use discounted while a live entry extends it."""
+        first = e.first_use if self._extended(e) else 16
+        return e.base + self.margin(e) * (16 * (e.uses - 1) + first)
+
+    def _now_extended(self, before: list[_Ref]) -> None:
+        """Entries a placement made extended: their first use takes the rate of hits at a
+        branch per entry ever extended (Laplace's rule), at most a whole use."""
+        for e in self.entries:
+            if self._extended(e) and not any(e is o for o in before):
+                e.first_use = min(16, 16 * (self.branch_hits + 1) // (self.interiors + 2))
+                self.interiors += 1
 
     def _place(self, tokens: Sequence[int], length: int, own: Sequence[_Ref] = ()) -> _Ref | None:
         if len(self.entries) == self.capacity:
@@ -109,7 +122,9 @@ class ReferenceIndex:
         e = _Ref(tuple(tokens[:length]), slot)
         e.uses = self.ghosts.pop(hash(e.tokens), 1)
         self._touch(e)
+        extended = [o for o in self.entries if self._extended(o)]
         self.entries.append(e)
+        self._now_extended(extended)
         self.stats["published"] += 1
         return e
 
@@ -127,6 +142,7 @@ class ReferenceIndex:
             last_use = (hit.used, hit.base)
             self._touch(hit)
             hit.uses += not frontier  # a use only where the request branches off (rule 7)
+            self.branch_hits += not frontier
             hit.pins += 1
             pinned.append(hit)
         start = 0 if hit is None else len(hit.tokens)
@@ -409,19 +425,21 @@ def test_bad_arguments_are_named_and_change_nothing(call: object, match: str) ->
 def test_benefit_keeps_the_prompt_end_that_samples_branch_at_over_one_output_past_it() -> None:
     """Evicting an entry costs its margin over its longest live prefix, not its length.
 
-    The prompt end (5 tokens) that best-of-n samples branch at, then one
-    sample's output end past it (9): evicting the output end costs its 4
+    The prompt end (12 tokens) that best-of-n samples branch at, then one
+    sample's output end past it (15): evicting the output end costs its 3
     tokens past the prompt end, evicting the prompt end costs the next
-    sample its whole prompt. The prompt end stays.
+    sample its whole prompt (12 tokens, worth half of that for its first use
+    while the output end extends it and no branch was seen yet). The prompt
+    end stays.
     """
     index = PrefixSnapshotIndex(2, eviction="benefit")
-    sample = list(range(10, 20))
-    prompt_end = index.publish(0, sample, 5)
-    assert index.publish(0, sample, 9) is not None
+    sample = list(range(10, 30))
+    prompt_end = index.publish(0, sample, 12)
+    assert index.publish(0, sample, 15) is not None
     assert index.publish(0, [7, 7, 7, 7], 3) is not None  # full: one of the two goes
     assert prompt_end is not None
-    next_sample = [*sample[:5], 99, 98]
-    assert index.match(next_sample) == PrefixEntry(5, prompt_end.slot, prompt_end.ticket)
+    next_sample = [*sample[:12], 99, 98]
+    assert index.match(next_sample) == PrefixEntry(12, prompt_end.slot, prompt_end.ticket)
 
 
 def test_benefit_weighs_an_entry_by_its_whole_length_once_its_prefix_is_gone() -> None:
@@ -485,6 +503,52 @@ def test_benefit_lets_the_next_turn_pass_through_the_answer_it_extends() -> None
     index.check_valid()
 
 
+def _agent_step(index: PrefixSnapshotIndex) -> None:
+    """A prompt end minus one (8 tokens), the answer end 5 tokens past it, then an unrelated
+    5-token entry; the index is full, and one more publish evicts."""
+    step = list(range(100, 114))
+    index.publish(0, step, 8)
+    index.publish(0, step, 13)
+    index.publish(0, [60, 61, 62, 63, 64, 65], 5)
+    index.publish(0, [70, 71, 72], 2)
+
+
+def test_benefit_discounts_the_first_use_of_an_entry_a_longer_one_extends() -> None:
+    """The next step of an agent hits the answer end, not the prompt end minus one below it.
+
+    With no hit at a branch seen yet, an entry that a longer live entry
+    extends is worth half a use (Laplace's rule) until one hits it: the
+    prompt end (8 x 1/2) goes before the answer end past it (5 x 1), which
+    the traffic moving on will hit. Without the discount the answer end went.
+    """
+    index = PrefixSnapshotIndex(3, eviction="benefit")
+    _agent_step(index)
+    assert sorted(e.length for e in index.entries()) == [2, 5, 13]
+    assert index.match([*range(100, 113), 99]) is not None  # the next step still hits
+    index.check_valid()
+
+
+def test_benefit_values_a_first_use_by_the_rate_of_hits_at_a_branch() -> None:
+    """Where requests often branch off entries longer ones extend, the discount goes.
+
+    Three sessions branch off a system prompt a longer entry extends: 3 hits
+    at a branch for 1 entry that came to be extended, a rate above one. The
+    prompt end minus one placed after that keeps its whole first use (8),
+    and the answer end past it (5) goes instead.
+    """
+    index = PrefixSnapshotIndex(5, eviction="benefit")
+    system = [1, 2, 3]
+    index.publish(0, [*system, *range(200, 230)], 3)
+    index.publish(0, [*system, *range(200, 230)], 30)
+    for user in (40, 50, 60):
+        plan = index.plan_prefill(0, [*system, user, user + 1], publish_at=[])
+        assert plan.hit is not None
+        index.release(plan)
+    _agent_step(index)
+    assert sorted(e.length for e in index.entries()) == [2, 3, 5, 8, 30]
+    index.check_valid()
+
+
 def test_benefit_counts_a_hit_at_a_branch_as_a_use() -> None:
     """A regenerated answer hits the prompt end that an earlier answer extends: a use."""
     index = PrefixSnapshotIndex(3, eviction="benefit")
@@ -501,14 +565,15 @@ def test_benefit_counts_a_hit_at_a_branch_as_a_use() -> None:
     index.check_valid()
 
 
-@pytest.mark.parametrize(("eviction", "kept"), [("lru", [4, 5]), ("benefit", [3, 5])])
+@pytest.mark.parametrize(("eviction", "kept"), [("lru", [4, 5]), ("benefit", [4, 5])])
 def test_a_plan_of_more_positions_than_slots_keeps_its_longest_not_its_first(
     eviction: str, kept: list[int]
 ) -> None:
     """Its own earlier publishes make way (their saves left out), instead of declines.
 
-    ``"benefit"`` keeps the pair whose loss would cost most: 3 and 5 (the
-    prompt end minus one, 2 past 3), rather than 4 and 5 (1 past 4).
+    ``"benefit"`` keeps the same pair: with no hit at a branch seen yet, an
+    entry a longer one extends is worth a fraction of a use (rule 7), so 3
+    below 5 would be worth less than 4 below 5 is.
     """
     index = PrefixSnapshotIndex(2, eviction=eviction)  # type: ignore[arg-type]
     plan = index.plan_prefill(0, [5, 6, 7, 8, 9, 10], publish_at=[1, 2, 3, 4, 5])

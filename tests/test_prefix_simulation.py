@@ -99,14 +99,24 @@ def test_prompts_are_chat_templated_messages(workload: str) -> None:
 def test_branch_points_are_the_shared_messages_and_the_history_before_the_newest(
     workload: str,
 ) -> None:
-    """The application's placement: where other sessions start, and where an edit diverges."""
+    """The application's placement: where other sessions start, and where an edit diverges
+    (only the chat offers edits: an agent's tool results and a search's notes stay)."""
     for request in generate(small(workload, 300)):
         ends, points = request.message_ends(), request.branch_points()
         tokens = request.tokens()
         shared = {end for i, end in enumerate(ends) if tokens[(ends[i - 1] if i else 0) + 1] == 4}
-        assert set(points) == shared | ({ends[-2]} if len(ends) >= 2 else set())
+        assert request.editable is (workload == "chat")
+        edited = {ends[-2]} if request.editable and len(ends) >= 2 else set()
+        assert set(points) == shared | edited
         assert ends[0] in points  # the system prompt is always one
         assert ends[-1] not in points or ends[-1] in shared  # the newest message is not
+
+
+def test_a_chat_without_edits_places_no_branch_point_for_them() -> None:
+    """An application that offers no edit button never sees an edit: nothing placed for one."""
+    trace = generate(attrs.evolve(small("chat", 200), edit_rate=0.0))
+    assert not any(request.editable for request in trace)
+    assert all(set(r.branch_points()) == set(r.shared_ends()) for r in trace)
 
 
 def test_chat_parameters_are_honoured() -> None:

@@ -268,14 +268,44 @@ PREFIX_MUTANTS: tuple[Mutant, ...] = (
     _x(
         "index_benefit_ignores_uses",
         EVICTION,
-        "        return (self.entry.length - below) * self.uses\n",
-        "        return self.entry.length - below\n",
+        "        return (self.entry.length - below) * (SCALE * (self.uses - 1) + first)\n",
+        "        return (self.entry.length - below) * first\n",
     ),
     _x(
         "index_benefit_ignores_margin",
         EVICTION,
-        "        return (self.entry.length - below) * self.uses\n",
-        "        return self.entry.length * self.uses\n",
+        "        return (self.entry.length - below) * (SCALE * (self.uses - 1) + first)\n",
+        "        return self.entry.length * (SCALE * (self.uses - 1) + first)\n",
+    ),
+    _x(
+        "index_benefit_no_first_use_discount",
+        EVICTION,
+        "        first = self.first_use if self.kids else SCALE\n",
+        "        first = SCALE\n",
+    ),
+    _x(
+        "index_first_use_ignores_the_rate",
+        EVICTION,
+        "        rate = SCALE * (self._branch_hits + 1) // (self._interiors + 2)\n",
+        "        rate = SCALE // 2\n",
+    ),
+    _x(
+        "index_entry_born_extended_not_discounted",
+        EVICTION,
+        "        if live.kids:\n            self._extended(live)\n",
+        "",
+    ),
+    _x(
+        "index_branch_hits_not_counted",
+        INDEX,
+        "            if not frontier:\n                self._order.hit_at_branch()\n",
+        "",
+    ),
+    _x(
+        "index_childless_parent_not_refiled",
+        EVICTION,
+        "        if parent is not None:  # it may have no kids now (rule 7)\n            self.file(parent)\n",
+        "",
     ),
     _x(
         "index_place_same_ticket",

@@ -68,6 +68,9 @@ class Request:
     kind: RequestKind
     prompt: Segment = attrs.field(repr=False)
     output: tuple[int, ...] = attrs.field(repr=False)
+    #: Whether its application lets a person rewrite the newest message (a chat's edit
+    #: button); an agent's tool results and a search's verifier notes are never rewritten.
+    editable: bool = attrs.field(default=False, kw_only=True)
 
     def tokens(self) -> list[int]:
         """The prompt's token ids."""
@@ -81,8 +84,12 @@ class Request:
         """The message ends where an application expects other requests to diverge.
 
         The ends of the shared messages (system prompt, tool schemas: other
-        sessions start there) and of the history before the newest message
-        (an edit rewrites that message). The history's older message ends are
+        sessions start there) and, when the request is ``editable``, of the
+        history before the newest message (an edit rewrites that message).
+        Where nothing is ever rewritten, that end is left out: placing it was
+        measured to compute more prefill, since its snapshot, one message
+        short of the prompt, crowded out the ones later requests hit. The
+        history's older message ends are
         left out: the conversation went on past each of them, so the request
         that could branch there is an edit of an old message, which none of
         the workloads sends. Publishing them all was measured to compute more
@@ -90,7 +97,7 @@ class Request:
         and evicted what the next turns needed.
         """
         messages = [segment for segment in self.prompt.chain() if segment.message]
-        newest = {messages[-2].end} if len(messages) >= 2 else set()
+        newest = {messages[-2].end} if self.editable and len(messages) >= 2 else set()
         return tuple(sorted({*self.shared_ends(), *newest}))
 
     def shared_ends(self) -> tuple[int, ...]:

@@ -231,10 +231,11 @@ class _Trace:
         while True:
             prompt = self.header(self.message(history, USER, p.user_tokens))
             output = self.output()
-            yield Request(session, kind, prompt, output)
+            editable = p.edit_rate > 0  # the chat offers an edit button
+            yield Request(session, kind, prompt, output, editable=editable)
             while self.rng.random() < p.regenerate_rate:
                 output = self.output()
-                yield Request(session, "regenerate", prompt, output)
+                yield Request(session, "regenerate", prompt, output, editable=editable)
             if self.rng.random() < p.edit_rate:  # the last message, rewritten: same history
                 kind = "edit"
                 continue

@@ -4,11 +4,13 @@
 first (rule 9), then by priority: ``"lru"`` by last use alone,
 ``"benefit"`` by GreedyDual (the index's level at the last use plus the
 entry's value: its margin over the longest live entry it extends, times its
-uses; rule 7). The margins come from the forest of live entries, each filed
-under the longest live entry it extends (``adopt``, ``detach``): when an
-entry comes or goes, the margins of the entries nearest above it change and
-they are filed again. Stale heap items (an entry re-filed since, or gone)
-are skipped when met and dropped in bulk.
+uses, the first of them discounted while longer live entries extend it;
+rule 7), in ``SCALE``-ths of a token. The margins come from the forest of
+live entries, each filed under the longest live entry it extends
+(``adopt``, ``detach``): when an entry comes or goes, the margins of the
+entries nearest above it change and they are filed again, and so is an
+entry that comes to have kids or has none left. Stale heap items (an entry
+re-filed since, or gone) are skipped when met and dropped in bulk.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ Eviction = Literal["lru", "benefit"]
 EVICTIONS: Final = get_args(Eviction)
 #: Evicted prefixes whose uses "benefit" remembers, per shared slot (rule 7).
 GHOSTS: Final = 4
+#: Values and levels count ``SCALE``-ths of a token: an interior entry's first use is a fraction.
+SCALE: Final = 16
 
 
 @attrs.define(eq=False)
@@ -45,13 +49,18 @@ class Live:
     parent: Live | None = None
     kids: dict[int, Live] = attrs.field(factory=dict)  # by slot
     demoted: bool = False  # rule 9: evicted first, until its next use
+    #: What its first use is worth, in ``SCALE``-ths, while longer live entries extend it
+    #: (rule 7): the index's rate of hits at a branch when it last became so.
+    first_use: int = SCALE
     #: Its eviction order (rank, priority, last use) as last filed in the heap.
     key: tuple[int, int, int] = (1, 0, 0)
 
     def value(self) -> int:
-        """Tokens it is expected to save (rule 7): its margin over its parent, per use."""
+        """``SCALE``-ths of tokens it is expected to save (rule 7): its margin over its parent
+        per use, the first use discounted while it has kids."""
         below = 0 if self.parent is None else self.parent.entry.length
-        return (self.entry.length - below) * self.uses
+        first = self.first_use if self.kids else SCALE
+        return (self.entry.length - below) * (SCALE * (self.uses - 1) + first)
 
 
 @final
@@ -69,6 +78,9 @@ class EvictionOrder:
         #: (rank, priority, last use, serial, entry): a min-heap.
         self._heap: list[tuple[int, int, int, int, Live]] = []
         self._serial = 0
+        #: Hits at a branch, and entries that came to have kids (rule 7's rate).
+        self._branch_hits = 0
+        self._interiors = 0
         #: Entries extending no live entry: the forest's roots, by slot.
         self.roots: dict[int, Live] = {}
 
@@ -87,6 +99,10 @@ class EvictionOrder:
         """A frontier hit the traffic moved on from keeps the age it had (rule 7)."""
         live.used, live.base = last_use
         self.file(live)
+
+    def hit_at_branch(self) -> None:
+        """A hit left the traffic the index knows (rule 7): one more for the rate."""
+        self._branch_hits += 1
 
     def demote(self, live: Live) -> None:
         live.demoted = True
@@ -166,7 +182,21 @@ class EvictionOrder:
             live.kids[kid.entry.slot] = kid
             self.file(kid)
         live.parent = parent
+        if live.kids:
+            self._extended(live)
+        if parent is not None and not parent.kids:
+            self._extended(parent)
         siblings[live.entry.slot] = live
+        if parent is not None:
+            self.file(parent)
+
+    def _extended(self, live: Live) -> None:
+        """``live`` has kids now, and had none (rule 7): its first use is worth the rate of
+        hits at a branch per entry that came to have kids, so far (Laplace's rule: one half
+        before any), at most a whole use."""
+        rate = SCALE * (self._branch_hits + 1) // (self._interiors + 2)
+        live.first_use = min(SCALE, rate)
+        self._interiors += 1
 
     def detach(self, live: Live) -> None:
         """Take a leaving entry out of the forest: its kids go under its parent."""
@@ -179,6 +209,8 @@ class EvictionOrder:
             siblings[slot] = kid
             self.file(kid)
         live.kids = {}
+        if parent is not None:  # it may have no kids now (rule 7)
+            self.file(parent)
 
     def check(self) -> None:
         """Raise ``InvariantError`` unless every live entry is filed under its current key and

@@ -38,13 +38,19 @@ The rules, which every method cites:
    entry extends it: the next turn of a conversation) is the traffic
    moving on, not a sign the entry will be hit again; when the plan then
    places a longer entry on the hit's path, the hit passes through: the
-   entry keeps the age it had, and the new entry carries the traffic. An
-   evicted prefix placed again gets back the uses it had (remembered for
-   ``GHOSTS`` x capacity evicted prefixes, by hash: statistics only,
-   never a match). So a message end one token before the prompt end is
-   worth one token per use, the lone copy of a system prompt its whole
-   length per use, and an entry whose shorter neighbour goes is worth
-   more at once.
+   entry keeps the age it had, and the new entry carries the traffic. So
+   while a longer live entry extends an entry, its first use is only as
+   likely as a hit at a branch: it is worth the index's rate of hits at a
+   branch per entry that came to be extended so far (Laplace's rule,
+   ``(hits + 1) / (entries + 2)``, fixed when it comes to be extended), at
+   most a whole use. The next step of an agent hits the answer end, not
+   the prompt end below it; best-of-n samples, branching at the prompt
+   end, raise the rate to a whole use. An evicted prefix placed again gets
+   back the uses it had (remembered for ``GHOSTS`` x capacity evicted
+   prefixes, by hash: statistics only, never a match). So a message end
+   one token before the prompt end is worth one token per use, the lone
+   copy of a system prompt its whole length per use, and an entry whose
+   shorter neighbour goes is worth more at once.
 8. **Failed saves.** ``discard(entry)`` drops an entry whose save failed
    (``apply_effects(..., prefix_index=)`` calls it), so nothing points at a
    slot that was not written.
@@ -179,6 +185,8 @@ class PrefixSnapshotIndex:
             frontier = not found.kids
             last_use = self._order.last_use(found)
             found.uses += not frontier
+            if not frontier:
+                self._order.hit_at_branch()
             self._order.touch(found)
             found.pins += 1
             pinned.append(found)
