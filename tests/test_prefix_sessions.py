@@ -115,7 +115,44 @@ def test_only_the_application_rules_demote_and_every_restore_stays_exact(workloa
         assert (result.demoted > 0) == (rule in APP_RULES), (rule, result.demoted)
 
 
-def test_a_branching_search_demotes_nothing() -> None:
+def test_a_branching_search_demotes_only_what_it_dropped_or_finished() -> None:
     trace = generate(TraceParams.default("branching", requests=200))
-    result = replay(trace, "app-branches", slots=16, eviction="benefit", engines=EngineSettings())
+    engines = EngineSettings()
+    result = replay(trace, "app-branches", slots=16, eviction="benefit", engines=engines)
+    assert result.demoted > 0
+    unknowing = [attrs.evolve(r, abandons=(), ends_session=False) for r in trace]
+    result = replay(unknowing, "app-branches", slots=16, eviction="benefit", engines=engines)
     assert result.demoted == 0
+
+
+def test_a_search_demotes_the_answers_of_the_branches_it_dropped() -> None:
+    """Two samples of one prompt; the search keeps the first: the second's answer end is
+    demoted, the shared prompt end minus one and the kept answer are not."""
+    chat = Chat(5)
+    first = request(SYSTEM_PROMPT, "first", 1000, 2000)
+    one, _ = chat.serve(first)
+    second = Request(0, "sample", first.prompt, (3000, 3001, END))
+    two, _ = chat.serve(second)
+    assert len(chat.index.entries()) == 4  # the system prompt, the prompt end, two answers
+    dropped = Segment.after(second.prompt, second.output, message=True)
+    kept = Segment.after(first.prompt, first.output, message=True)
+    deeper = request(kept, "sample", 1100, 2100)
+    assert chat.sessions.abandon(attrs.evolve(deeper, abandons=(dropped,))) == 1
+    assert two["output"] in chat.index.entries()  # demoted, still held
+    chat.index.publish(0, [9, 9, 9, 9], 3)
+    chat.index.publish(0, [8, 8, 8, 8], 3)  # full: the demoted answer goes first
+    left = set(chat.index.entries())
+    assert two["output"] not in left
+    assert {one["system"], one["prompt"], one["output"]} <= left
+    chat.index.check_valid()
+
+
+def test_a_session_known_to_end_demotes_all_it_placed_but_the_shared_prompt() -> None:
+    chat = Chat(4)
+    last = attrs.evolve(request(SYSTEM_PROMPT, "first", 1000, 2000), ends_session=True)
+    placed, demoted = chat.serve(last)
+    assert demoted == 2  # its prompt end minus one and its output end
+    for junk in (9, 8, 7):  # the last two fill it: both demoted ones go, not the system prompt
+        chat.index.publish(0, [junk] * 3, 2)
+    assert set(chat.index.entries()) & set(placed.values()) == {placed["system"]}
+    assert chat.sessions.abandon(request(SYSTEM_PROMPT, "first", 1, 2)) == 0

@@ -170,6 +170,39 @@ def test_branching_samples_each_prompt_and_keeps_a_beam() -> None:
     assert set(done) == {expected}
 
 
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_a_session_says_it_ends_where_its_application_knows(workload: str) -> None:
+    """An agent's last step and a search's last sample end their session; a chat never says
+    so, and a session still in flight when the trace stops has not ended."""
+    params = small(workload, 600)
+    trace = generate(params)
+    ends = [i for i, r in enumerate(trace) if r.ends_session]
+    if workload == "chat":
+        assert not ends
+        return
+    for i in ends:  # the last of its session
+        assert all(r.session != trace[i].session for r in trace[i + 1 :])
+    assert len({trace[i].session for i in ends}) == len(ends)
+    sessions = {r.session for r in trace}
+    assert len(sessions) - params.sessions <= len(ends) < len(sessions)
+
+
+def test_a_search_says_which_branches_it_dropped_before_the_next_depth() -> None:
+    """Each depth's answers are either kept (a later prompt extends them) or dropped: named
+    by the session's next request, extended by no prompt."""
+    params = small("branching", 1200)
+    trace = generate(params)
+    extended = {id(segment) for r in trace for segment in r.prompt.chain()}
+    assert any(r.abandons for r in trace)
+    for i, r in enumerate(trace):
+        for branch in r.abandons:
+            assert id(branch) not in extended
+            earlier = [q for q in trace[:i] if q.session == r.session]
+            assert any(q.prompt is branch.parent and q.output == branch.tokens for q in earlier)
+    sizes = {len(r.abandons) for r in trace if r.abandons}
+    assert sizes <= {params.samples - params.beam, params.samples * params.beam - params.beam}
+
+
 @pytest.mark.parametrize(
     ("change", "name"),
     [

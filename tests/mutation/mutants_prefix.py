@@ -12,6 +12,9 @@ EVICTION = "_core/prefix/_eviction.py"
 PREFIX_TESTS = ("tests/test_prefix_placement.py", "tests/test_prefix_index.py")
 SESSIONS = "_apps/prefix_sim/_sessions.py"
 SESSIONS_TESTS = ("tests/test_prefix_sessions.py",)
+TRACE = "_apps/prefix_sim/_trace.py"
+REQUESTS = "_apps/prefix_sim/_requests.py"
+SIMULATION_TESTS = ("tests/test_prefix_simulation.py",)
 
 
 def _x(name: str, module: str, original: str, replacement: str, **kw: str) -> Mutant:
@@ -264,6 +267,48 @@ PREFIX_MUTANTS: tuple[Mutant, ...] = (
         "e in live and e.length not in shared]",
         "e in live]",
         SESSIONS_TESTS,
+    ),
+    mutant(
+        "sessions_dropped_branches_kept",
+        SESSIONS,
+        "        for entry in dropped:\n            self._index.demote(entry)\n",
+        "",
+        SESSIONS_TESTS,
+    ),
+    mutant(
+        "sessions_dropped_branch_includes_its_prompt",
+        SESSIONS,
+        "if entry.length > branch.parent.end and",
+        "if entry.length > 0 and",
+        SESSIONS_TESTS,
+    ),
+    mutant(
+        "sessions_an_end_demotes_nothing",
+        SESSIONS,
+        "        if request.ends_session:  # nothing of it will be hit again\n",
+        "        if False:\n",
+        SESSIONS_TESTS,
+    ),
+    mutant(
+        "trace_a_search_drops_every_branch",
+        TRACE,
+        "dropped = tuple(child for child in children if child not in kept)",
+        "dropped = tuple(children)",
+        SIMULATION_TESTS,
+    ),
+    mutant(
+        "trace_every_session_ends",
+        TRACE,
+        "            if session in source.ended:\n",
+        "            if True:\n",
+        SIMULATION_TESTS,
+    ),
+    mutant(
+        "trace_the_edit_branch_point_everywhere",
+        REQUESTS,
+        "if self.editable and len(messages) >= 2",
+        "if len(messages) >= 2",
+        SIMULATION_TESTS,
     ),
     _x(
         "index_benefit_ignores_uses",

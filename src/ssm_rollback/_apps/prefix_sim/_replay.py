@@ -5,7 +5,8 @@ says which positions to share, ``plan_prefill`` decides, the prefill runs
 (restore the hit, feed each chunk, apply its save), ``release`` unpins, and
 decoding ``publish``-es the rule's decode positions. Under the application's
 rules the application then demotes what the request's session moved past
-(``_sessions``). Requests run one after
+(``_sessions``); it demotes the branches a search dropped before the
+request that follows them. Requests run one after
 another (one per scheduler step), the conservative case for the engine
 rules' step-end placement.
 
@@ -123,6 +124,8 @@ def replay(
     sessions = SessionEntries(index) if rule in APP_RULES else None
     prompt_tokens = prefill_tokens = mismatches = demoted = 0
     for done, request in enumerate(trace, start=1):
+        if sessions is not None:  # the application demotes the branches it dropped
+            demoted += sessions.abandon(request)
         tokens = request.tokens()
         length = len(tokens)
         found = index.match(tokens)

@@ -71,6 +71,13 @@ class Request:
     #: Whether its application lets a person rewrite the newest message (a chat's edit
     #: button); an agent's tool results and a search's verifier notes are never rewritten.
     editable: bool = attrs.field(default=False, kw_only=True)
+    #: Whether its application knows no request of the session follows it (an agent whose
+    #: answer called no tool, a search past its last depth); a chat never knows, as people
+    #: leave without saying so.
+    ends_session: bool = attrs.field(default=False, kw_only=True)
+    #: The branches (a prompt and its answer, as one message segment) its application
+    #: dropped since the session's previous request: the samples a search did not keep.
+    abandons: tuple[Segment, ...] = attrs.field(default=(), kw_only=True, repr=False)
 
     def tokens(self) -> list[int]:
         """The prompt's token ids."""

@@ -1,15 +1,24 @@
 """What the application knows of its own sessions: the entries each placed for itself.
 
-A chat turn, an edit, a regenerate, an agent step or a retry moves its
-conversation on: the next request of that session extends this one, so what
-the session placed for itself before and this request did not place again
-(an older answer's end, an older prompt end minus one) will not be hit.
-The application rules demote those entries (``PrefixSnapshotIndex.demote``,
-SPEC 13 rule 9 here): they stay matchable, but go before any other entry
-when slots run out. The first request of a session and a best-of-n sample
-(a search keeps several branches alive) demote nothing. Entries at shared
-message ends (system prompts, tool schemas: other sessions start there) are
-never a session's own.
+The application rules demote (``PrefixSnapshotIndex.demote``, SPEC 13 rule
+9 here) the entries of a session that no request is expected to hit: they
+stay matchable, but go before any other entry when slots run out. That is
+the case
+
+- after a chat turn, an edit, a regenerate, an agent step or a retry: the
+  next request of that session extends this one, so what the session
+  placed for itself before and this request did not place again (an older
+  answer's end, an older prompt end minus one) will not be hit. The first
+  request of a session and a best-of-n sample (a search keeps several
+  branches alive) demote nothing here;
+- for the branches a search dropped (``Request.abandons``): the entries
+  past the prompt they branched from;
+- for all of a session's entries once it ends, where the application
+  knows it (``Request.ends_session``: an agent's final answer, a search's
+  last depth; a chat never knows).
+
+Entries at shared message ends (system prompts, tool schemas: other
+sessions start there) are never a session's own.
 """
 
 from __future__ import annotations
@@ -33,6 +42,27 @@ class SessionEntries:
     def __init__(self, index: PrefixSnapshotIndex) -> None:
         self._index = index
         self._own: dict[int, list[PrefixEntry]] = {}
+
+    def abandon(self, request: Request) -> int:
+        """Before ``request``: demote its session's entries on the branches it says were
+        dropped; how many were demoted."""
+        if not request.abandons:
+            return 0
+        live = set(self._index.entries())
+        own = [entry for entry in self._own.get(request.session, []) if entry in live]
+        dropped = set()
+        for branch in request.abandons:
+            tokens = [t for segment in branch.chain() for t in segment.tokens]
+            assert branch.parent is not None  # a branch is an answer after its prompt
+            for entry in own:
+                if entry.length > branch.parent.end and self._index.tokens_of(entry) == tuple(
+                    tokens[: entry.length]
+                ):
+                    dropped.add(entry)
+        for entry in dropped:
+            self._index.demote(entry)
+        self._own[request.session] = [entry for entry in own if entry not in dropped]
+        return len(dropped)
 
     def settle(
         self,
@@ -61,5 +91,10 @@ class SessionEntries:
             else:
                 kept.append(entry)
         kept += [e for e in placed if e in live and e.length not in shared]
+        if request.ends_session:  # nothing of it will be hit again
+            for entry in kept:
+                self._index.demote(entry)
+            self._own.pop(request.session, None)
+            return demoted + len(kept)
         self._own[request.session] = kept
         return demoted

@@ -182,8 +182,20 @@ _DEFAULTS: Final[dict[str, TraceParams]] = {
 
 
 def generate(params: TraceParams) -> list[Request]:
-    """The trace ``params`` describe: ``params.requests`` requests, deterministic by seed."""
-    return list(_Trace(params).requests())
+    """The trace ``params`` describe: ``params.requests`` requests, deterministic by seed.
+
+    Where the application knows a session's end (an agent, a search), the
+    session's last request says so (``Request.ends_session``); a chat's
+    never does.
+    """
+    source = _Trace(params)
+    trace = list(source.requests())
+    if params.workload != "chat":
+        last = {request.session: i for i, request in enumerate(trace)}
+        for session, i in last.items():
+            if session in source.ended:
+                trace[i] = attrs.evolve(trace[i], ends_session=True)
+    return trace
 
 
 @attrs.define
@@ -194,6 +206,8 @@ class _Trace:
     sessions: int = attrs.field(init=False, default=0)
     systems: list[Segment] = attrs.field(init=False)
     tools: dict[tuple[int, int], Segment] = attrs.field(init=False, factory=dict)
+    #: The sessions that ran out of requests within the trace.
+    ended: set[int] = attrs.field(init=False, factory=set)
 
     def __attrs_post_init__(self) -> None:
         self.rng = random.Random(self.params.seed)
@@ -208,11 +222,14 @@ class _Trace:
     def requests(self) -> Iterator[Request]:
         """Interleave sessions: each request comes from a random session in flight."""
         active = [self.session() for _ in range(self.params.sessions)]
+        owner = list(range(self.params.sessions))  # the session each iterator runs
         for _ in range(self.params.requests):
             i = self.rng.randrange(len(active))
             request = next(active[i], None)
             while request is None:  # that session ended: a new one takes its place
+                self.ended.add(owner[i])
                 active[i] = self.session()
+                owner[i] = self.sessions - 1
                 request = next(active[i], None)
             yield request
 
@@ -267,15 +284,18 @@ class _Trace:
         p = self.params
         problem = self.message(self.rng.choice(self.systems), USER, p.user_tokens)
         frontier = [self.header(problem)]
+        dropped: tuple[Segment, ...] = ()
         for depth in range(round(p.turns)):
             children = []
             for prompt in frontier:
                 for n in range(p.samples):
                     output = self.output()
                     kind: RequestKind = "first" if depth == n == 0 else "sample"
-                    yield Request(session, kind, prompt, output)
+                    yield Request(session, kind, prompt, output, abandons=dropped)
+                    dropped = ()
                     children.append(Segment.after(prompt, output, message=True))
             kept = self.rng.sample(children, min(p.beam, len(children)))
+            dropped = tuple(child for child in children if child not in kept)
             frontier = [
                 self.header(self.message(child, USER, p.tool_result_tokens or 1)) for child in kept
             ]
