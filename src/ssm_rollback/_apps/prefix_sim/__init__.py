@@ -1,7 +1,7 @@
 """Prefix-snapshot placement simulation (SPEC 13): which rule computes the least prefill.
 
-Synthetic ``chat``, ``agentic`` and ``branching`` traces (``_trace``, of ``_requests``) are
-replayed through ``PrefixSnapshotIndex`` under the application's rule and the
+Synthetic ``chat``, ``agentic`` and ``branching`` traces (``_trace`` by ``_params``, of
+``_requests``) are replayed through ``PrefixSnapshotIndex`` under the application's rule and the
 engines' fixed rules at equal shared slots (``_replay``, ``_rules``), beside
 two oracles: the unlimited bound (every position kept, unlimited slots) and
 the clairvoyant oracle at each slot count (``_clairvoyant``: Belady's
@@ -13,11 +13,12 @@ prints ``report.render()``.
 
 from __future__ import annotations
 
+from ._params import WORKLOADS, TraceParams, Workload
 from ._replay import RuleResult
 from ._report import SimulationOptions, SimulationReport, plot, simulate
 from ._requests import Request, RequestKind, Segment
 from ._rules import RULES, EngineSettings, RuleName
-from ._trace import WORKLOADS, TraceParams, Workload, generate
+from ._trace import generate
 
 __all__ = [
     "RULES",

@@ -21,9 +21,10 @@ from ..._errors import InvalidArgumentError
 from ...prefix import EVICTIONS, Eviction
 from ._clairvoyant import replay_clairvoyant, targets
 from ._oracle import unlimited_bound
+from ._params import TraceParams
 from ._replay import RuleResult, replay, replay_oracle
 from ._rules import APP_RULES, RULES, EngineSettings, RuleName
-from ._trace import TraceParams, generate
+from ._trace import generate
 
 __all__ = ["SimulationOptions", "SimulationReport", "plot", "simulate"]
 
