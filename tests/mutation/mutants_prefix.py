@@ -278,8 +278,8 @@ PREFIX_MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "sessions_dropped_branch_includes_its_prompt",
         SESSIONS,
-        "if entry.length > branch.parent.end and",
-        "if entry.length > 0 and",
+        "if entry.length > prompt and on_branch:",
+        "if on_branch:",
         SESSIONS_TESTS,
     ),
     mutant(

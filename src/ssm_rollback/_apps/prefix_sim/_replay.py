@@ -4,11 +4,11 @@ Per request: ``match`` (pure) tells where the prefill will start, the rule
 says which positions to share, ``plan_prefill`` decides, the prefill runs
 (restore the hit, feed each chunk, apply its save), ``release`` unpins, and
 decoding ``publish``-es the rule's decode positions. Under the application's
-rules the application then demotes what the request's session moved past
-(``_sessions``); it demotes the branches a search dropped before the
-request that follows them. Requests run one after
-another (one per scheduler step), the conservative case for the engine
-rules' step-end placement.
+rules the application also demotes what it knows no request will hit
+(``_sessions``): before a request, the branches its search dropped; after
+it, what its session moved past, or all of the session's own entries once
+it is known to be over. Requests run one after another (one per scheduler
+step), the conservative case for the engine rules' step-end placement.
 
 Exactness is checked on a stand-in pool: the SSM state after a prefix is
 simulated as that prefix's token tuple. A save stores the state the

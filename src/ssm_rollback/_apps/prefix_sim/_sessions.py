@@ -53,11 +53,10 @@ class SessionEntries:
         dropped = set()
         for branch in request.abandons:
             tokens = [t for segment in branch.chain() for t in segment.tokens]
-            assert branch.parent is not None  # a branch is an answer after its prompt
+            prompt = 0 if branch.parent is None else branch.parent.end  # where it branched
             for entry in own:
-                if entry.length > branch.parent.end and self._index.tokens_of(entry) == tuple(
-                    tokens[: entry.length]
-                ):
+                on_branch = self._index.tokens_of(entry) == tuple(tokens[: entry.length])
+                if entry.length > prompt and on_branch:
                     dropped.add(entry)
         for entry in dropped:
             self._index.demote(entry)
