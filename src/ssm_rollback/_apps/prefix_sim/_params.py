@@ -16,7 +16,7 @@ import attrs
 
 from ..._errors import InvalidArgumentError
 
-__all__ = ["WORKLOADS", "TraceParams", "Workload"]
+__all__ = ["WORKLOADS", "TraceParams", "Workload", "at_least"]
 
 Workload = Literal["chat", "agentic", "branching"]
 WORKLOADS: Final[tuple[Workload, ...]] = ("chat", "agentic", "branching")
@@ -28,8 +28,10 @@ def _rate(_: TraceParams, attribute: attrs.Attribute[float], value: float) -> No
         raise InvalidArgumentError(f"'{attribute.name}' must be in [0, 1), got {value!r}")
 
 
-def _count(least: int) -> Callable[[TraceParams, attrs.Attribute[int], int], None]:
-    def check(_: TraceParams, attribute: attrs.Attribute[int], value: int) -> None:
+def at_least(least: int) -> Callable[[object, attrs.Attribute[int], int], None]:
+    """An attrs validator: an int (not a bool) of at least ``least``, named when refused."""
+
+    def check(_: object, attribute: attrs.Attribute[int], value: int) -> None:
         if type(value) is not int or value < least:
             raise InvalidArgumentError(
                 f"'{attribute.name}' must be an int >= {least}, got {value!r}"
@@ -53,21 +55,21 @@ class TraceParams:
     """
 
     workload: Workload = attrs.field()
-    requests: int = attrs.field(validator=_count(1))
-    seed: int = attrs.field(default=0, validator=_count(0))
-    sessions: int = attrs.field(validator=_count(1))
-    system_prompts: int = attrs.field(validator=_count(1))
-    system_tokens: int = attrs.field(validator=_count(1))
-    tool_schemas: int = attrs.field(default=0, validator=_count(0))
-    tool_tokens: int = attrs.field(default=0, validator=_count(0))
-    user_tokens: int = attrs.field(validator=_count(1))
-    output_tokens: int = attrs.field(validator=_count(1))
-    tool_result_tokens: int = attrs.field(default=0, validator=_count(0))
+    requests: int = attrs.field(validator=at_least(1))
+    seed: int = attrs.field(default=0, validator=at_least(0))
+    sessions: int = attrs.field(validator=at_least(1))
+    system_prompts: int = attrs.field(validator=at_least(1))
+    system_tokens: int = attrs.field(validator=at_least(1))
+    tool_schemas: int = attrs.field(default=0, validator=at_least(0))
+    tool_tokens: int = attrs.field(default=0, validator=at_least(0))
+    user_tokens: int = attrs.field(validator=at_least(1))
+    output_tokens: int = attrs.field(validator=at_least(1))
+    tool_result_tokens: int = attrs.field(default=0, validator=at_least(0))
     turns: float = attrs.field()
     regenerate_rate: float = attrs.field(default=0.0, validator=_rate)
     edit_rate: float = attrs.field(default=0.0, validator=_rate)
-    samples: int = attrs.field(default=1, validator=_count(1))
-    beam: int = attrs.field(default=1, validator=_count(1))
+    samples: int = attrs.field(default=1, validator=at_least(1))
+    beam: int = attrs.field(default=1, validator=at_least(1))
 
     @workload.validator
     def _workload(self, _: attrs.Attribute[str], value: str) -> None:

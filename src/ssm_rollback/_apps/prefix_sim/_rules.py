@@ -9,13 +9,13 @@ that engine's documented defaults and can be overridden.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Final, Literal
 
 import attrs
 
 from ... import prefix
 from ..._errors import InvalidArgumentError
+from ._params import at_least
 
 __all__ = ["APP_RULES", "RULES", "EngineSettings", "RuleName"]
 
@@ -34,32 +34,22 @@ RULES: Final[tuple[RuleName, ...]] = (
 APP_RULES: Final[frozenset[str]] = frozenset({"app", "app-branches"})
 
 
-def _at_least(least: int) -> Callable[[EngineSettings, attrs.Attribute[int], int], None]:
-    def check(_: EngineSettings, attribute: attrs.Attribute[int], value: int) -> None:
-        if type(value) is not int or value < least:
-            raise InvalidArgumentError(
-                f"'{attribute.name}' must be an int >= {least}, got {value!r}"
-            )
-
-    return check
-
-
 @attrs.frozen(kw_only=True)
 class EngineSettings:
     """The engine rules' settings (``ssm_rollback.prefix`` says where each default comes from)."""
 
-    vllm_block_size: int = attrs.field(default=prefix.VLLM_BLOCK_SIZE, validator=_at_least(1))
+    vllm_block_size: int = attrs.field(default=prefix.VLLM_BLOCK_SIZE, validator=at_least(1))
     vllm_max_num_batched_tokens: int = attrs.field(
-        default=prefix.VLLM_MAX_NUM_BATCHED_TOKENS, validator=_at_least(1)
+        default=prefix.VLLM_MAX_NUM_BATCHED_TOKENS, validator=at_least(1)
     )
     sglang_chunked_prefill_size: int = attrs.field(
-        default=prefix.SGLANG_CHUNKED_PREFILL_SIZE, validator=_at_least(1)
+        default=prefix.SGLANG_CHUNKED_PREFILL_SIZE, validator=at_least(1)
     )
-    trtllm_interval: int = attrs.field(default=prefix.TRTLLM_INTERVAL, validator=_at_least(0))
+    trtllm_interval: int = attrs.field(default=prefix.TRTLLM_INTERVAL, validator=at_least(0))
     trtllm_tokens_per_block: int = attrs.field(
-        default=prefix.TRTLLM_TOKENS_PER_BLOCK, validator=_at_least(1)
+        default=prefix.TRTLLM_TOKENS_PER_BLOCK, validator=at_least(1)
     )
-    llamacpp_tail: int = attrs.field(default=prefix.LLAMACPP_TAIL, validator=_at_least(1))
+    llamacpp_tail: int = attrs.field(default=prefix.LLAMACPP_TAIL, validator=at_least(1))
 
     def __attrs_post_init__(self) -> None:
         if self.vllm_max_num_batched_tokens < self.vllm_block_size:  # vLLM refuses it too
