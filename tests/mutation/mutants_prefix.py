@@ -111,12 +111,12 @@ PREFIX_MUTANTS: tuple[Mutant, ...] = (
         "if positions and positions[-1] > len(token_list):",
     ),
     _x("index_hit_not_pinned", INDEX, "            found.pins += 1\n", ""),
-    _x("index_hit_not_counted", INDEX, "            found.uses += not frontier\n", ""),
+    _x("index_hit_not_counted", EVICTION, "        live.uses += 1\n", ""),
     _x(
         "index_frontier_hit_counted",
         INDEX,
-        "            found.uses += not frontier\n",
-        "            found.uses += 1\n",
+        "            if not frontier:\n                self._order.hit_at_branch(found)\n",
+        "            self._order.hit_at_branch(found)\n",
     ),
     _x(
         "index_no_pass_through",
@@ -337,19 +337,26 @@ PREFIX_MUTANTS: tuple[Mutant, ...] = (
     _x(
         "index_entry_born_extended_not_discounted",
         EVICTION,
-        "        if live.kids:\n            self._extended(live)\n",
+        "        if live.kids:  # placed between an entry and its kids\n            self._extended(live)\n",
         "",
     ),
     _x(
+        "index_parent_not_refiled_at_its_first_kid",
+        EVICTION,
+        "            self._extended(parent)\n            self.file(parent)\n",
+        "            self._extended(parent)\n",
+    ),
+    _x(
         "index_branch_hits_not_counted",
-        INDEX,
-        "            if not frontier:\n                self._order.hit_at_branch()\n",
+        EVICTION,
+        "        self._branch_hits += 1\n",
         "",
     ),
     _x(
         "index_childless_parent_not_refiled",
         EVICTION,
-        "        if parent is not None:  # it may have no kids now (rule 7)\n            self.file(parent)\n",
+        "        if parent is not None and not parent.kids:  # a whole first use again (rule 7)\n"
+        "            self.file(parent)\n",
         "",
     ),
     _x(

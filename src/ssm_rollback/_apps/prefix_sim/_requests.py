@@ -49,6 +49,10 @@ class Segment:
         """The segment holding ``tokens`` right after ``parent``."""
         return cls(parent, tokens, (0 if parent is None else parent.end) + len(tokens), message)
 
+    def prefix(self) -> list[int]:
+        """The token ids from the prompt start to this segment's end."""
+        return list(chain.from_iterable(segment.tokens for segment in self.chain()))
+
     def chain(self) -> list[Segment]:
         """The segments from the prompt start to this one."""
         segments = []
@@ -81,7 +85,7 @@ class Request:
 
     def tokens(self) -> list[int]:
         """The prompt's token ids."""
-        return list(chain.from_iterable(segment.tokens for segment in self.prompt.chain()))
+        return self.prompt.prefix()
 
     def message_ends(self) -> tuple[int, ...]:
         """Where the prompt's messages end: the positions an application knows."""

@@ -52,7 +52,7 @@ class SessionEntries:
         own = [entry for entry in self._own.get(request.session, []) if entry in live]
         dropped = set()
         for branch in request.abandons:
-            tokens = [t for segment in branch.chain() for t in segment.tokens]
+            tokens = branch.prefix()
             prompt = 0 if branch.parent is None else branch.parent.end  # where it branched
             for entry in own:
                 on_branch = self._index.tokens_of(entry) == tuple(tokens[: entry.length])

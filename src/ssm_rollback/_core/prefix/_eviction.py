@@ -100,8 +100,10 @@ class EvictionOrder:
         live.used, live.base = last_use
         self.file(live)
 
-    def hit_at_branch(self) -> None:
-        """A hit left the traffic the index knows (rule 7): one more for the rate."""
+    def hit_at_branch(self, live: Live) -> None:
+        """A hit on ``live`` left the traffic the index knows (rule 7): a use of it, and one
+        more hit at a branch for the rate."""
+        live.uses += 1
         self._branch_hits += 1
 
     def demote(self, live: Live) -> None:
@@ -182,12 +184,12 @@ class EvictionOrder:
             live.kids[kid.entry.slot] = kid
             self.file(kid)
         live.parent = parent
-        if live.kids:
-            self._extended(live)
-        if parent is not None and not parent.kids:
-            self._extended(parent)
+        first_kid = parent is not None and not parent.kids
         siblings[live.entry.slot] = live
-        if parent is not None:
+        if live.kids:  # placed between an entry and its kids
+            self._extended(live)
+        if first_kid and parent is not None:  # its first use is discounted now (rule 7)
+            self._extended(parent)
             self.file(parent)
 
     def _extended(self, live: Live) -> None:
@@ -209,7 +211,7 @@ class EvictionOrder:
             siblings[slot] = kid
             self.file(kid)
         live.kids = {}
-        if parent is not None:  # it may have no kids now (rule 7)
+        if parent is not None and not parent.kids:  # a whole first use again (rule 7)
             self.file(parent)
 
     def check(self) -> None:

@@ -184,9 +184,8 @@ class PrefixSnapshotIndex:
             # knows (a longer entry extends the hit); on a frontier it may only pass through.
             frontier = not found.kids
             last_use = self._order.last_use(found)
-            found.uses += not frontier
             if not frontier:
-                self._order.hit_at_branch()
+                self._order.hit_at_branch(found)
             self._order.touch(found)
             found.pins += 1
             pinned.append(found)
