@@ -9,6 +9,7 @@ from mutant_base import Mutant, mutant
 POOL = "pool/__init__.py"
 RUNS = "pool/_runs.py"
 RULES = "pool/_batch_rules.py"
+VALUES = "pool/_batch_values.py"
 TAGS = "pool/_slot_tags.py"
 BASE = "pool/_base.py"
 
@@ -300,13 +301,13 @@ POOL_MUTANTS: tuple[Mutant, ...] = (
     ),
     _p(
         "rules_kinds_unchecked",
-        RULES,
+        VALUES,
         "    if batch and set(map(type, batch)) != {kind}:\n",
         "    if False:\n",
     ),
     _p(
         "rules_batch_not_a_sequence_ok",
-        RULES,
+        VALUES,
         "    if not isinstance(batch, Sequence):\n",
         "    if False:\n",
     ),

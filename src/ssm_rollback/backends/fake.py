@@ -14,7 +14,7 @@ from .._core.effect_dict import (
 )
 from ..pool import SaveOutcome
 from ..pool._base import PoolBase
-from ..pool._batch_rules import CheckedAccepts, CheckedRestores, CheckedSaves
+from ..pool._batch_values import CheckedAccepts, CheckedRestores, CheckedSaves
 from ..pool._shared_rules import CheckedSharedRestores, CheckedSharedSaves
 
 __all__ = ["FakeSnapshotPool"]

@@ -27,7 +27,7 @@ from .._core.prefix import PrefixSnapshotIndex
 from .._core.ring import SsmDecodeRing
 from .._errors import InvalidArgumentTypeError
 from ._base import TaggedPool
-from ._batch_rules import CheckedRestores, CheckedSaves
+from ._batch_values import CheckedRestores, CheckedSaves
 from ._protocols import (
     Rings,
     SaveOutcome,

@@ -32,7 +32,7 @@ from .._core.effect_dict import (
 from .._core.effects import trusted_save
 from .._core.save_batch import LIVE
 from .._errors import InvalidArgumentError, InvalidArgumentTypeError
-from ._batch_rules import CheckedAccepts, CheckedRestores, CheckedSaves
+from ._batch_values import CheckedAccepts, CheckedRestores, CheckedSaves
 from ._protocols import SaveOutcome
 from ._shared_rules import CheckedSharedRestores, CheckedSharedSaves
 from ._slot_tags import SlotTags

@@ -25,8 +25,8 @@ A bad batch raises naming its element (``saves[3]``; ``effects[2][3]``
 inside ``apply_effects``, see ``Names``) and nothing changes. The checks run
 at C speed over the batch's columns (``max``, ``set``, list equality); a loop
 over the elements runs only to name a bad one. What passes comes back as
-plain lists (``CheckedSaves`` and friends) that a pool copies and tags from
-without looking again.
+plain lists (``CheckedSaves`` and friends, in ``_batch_values`` with
+``Names``) that a pool copies and tags from without looking again.
 
 ``BatchChecks`` holds the rules over a pool's shape (``SharedChecks``, in
 ``_shared_rules``, extends them to the shared slots) and is all of them: a
@@ -38,84 +38,27 @@ a third-party pool's ``stored_position`` / ``stored_ticket``, so
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from operator import eq
-from typing import NamedTuple, NoReturn, Protocol
-
-import attrs
+from typing import NoReturn
 
 from .._core.effect_dict import SaveBatch, SsmSnapshotRestore, SsmSnapshotSave, SsmStateAccept
 from .._core.save_batch import LIVE
-from .._errors import InvalidArgumentError, InvalidArgumentTypeError, StaleSnapshotError
+from .._errors import InvalidArgumentError, StaleSnapshotError
+from ._batch_values import (
+    ACCEPTS,
+    RESTORES,
+    SAVES,
+    CheckedAccepts,
+    CheckedRestores,
+    CheckedSaves,
+    IndexTable,
+    Names,
+    Staged,
+    check_kinds,
+)
 
-__all__ = [
-    "BatchChecks",
-    "CheckedAccepts",
-    "CheckedRestores",
-    "CheckedSaves",
-    "IndexTable",
-    "Names",
-    "Staged",
-    "check_kinds",
-]
-
-#: ``staged(seq)``: how many intermediate states row ``seq``'s buffer holds now.
-Staged = Callable[[int], int]
-
-
-@attrs.frozen
-class Names:
-    """How a refusal names a batch (``batch``, the argument) and its elements (``of(k)``).
-
-    ``unit`` is what "at most once per" counts: a ``batch`` for a pool's own
-    call, a ``run of one kind`` (one pool call) inside ``apply_effects``.
-    """
-
-    batch: str
-    unit: str = "batch"
-    element: Callable[[int], str] | None = None
-
-    def of(self, k: int) -> str:
-        """Element ``k``'s name: ``batch[k]`` unless ``element`` says otherwise."""
-        return f"{self.batch}[{k}]" if self.element is None else self.element(k)
-
-
-SAVES, RESTORES, ACCEPTS = Names("saves"), Names("restores"), Names("accepts")
-
-
-class CheckedSaves(NamedTuple):
-    """Saves that passed rules 1-4: rows, flat slot indices, and the tags they give their slots.
-
-    ``sources`` is ``None`` when every row saves its live state, else one
-    int per row: ``LIVE`` or an intermediate index.
-    """
-
-    rows: list[int]
-    flat: list[int]
-    positions: Sequence[int]
-    tickets: Sequence[int]
-    sources: list[int] | None
-
-
-class CheckedRestores(NamedTuple):
-    """Restores that passed rules 1-3 and 5: the rows and the flat slot indices they copy from."""
-
-    rows: list[int]
-    flat: list[int]
-
-
-class CheckedAccepts(NamedTuple):
-    """Accepts that passed rules 1, 2, 4 and 7: rows, the index each makes live, their tickets."""
-
-    rows: list[int]
-    indices: list[int]
-    tickets: list[int | None]
-
-
-class IndexTable(Protocol):
-    """``table[seq][slot]``: the flat index of ``(seq, slot)``; ``IndexError`` past the pool."""
-
-    def __getitem__(self, seq: int, /) -> Sequence[int]: ...
+__all__ = ["BatchChecks"]
 
 
 class BatchChecks:
@@ -324,19 +267,6 @@ class BatchChecks:
                         f"(seq {seq}, slot {slot}) at {names.of(first)} and {names.of(k)}"
                     )
         raise AssertionError(f"the fast check refused '{names.batch}', yet every element passes")
-
-
-def check_kinds(batch: object, kind: type, names: Names) -> None:
-    """``batch`` is a sequence of exactly ``kind`` (C speed; the loop only names a stranger)."""
-    if not isinstance(batch, Sequence):
-        raise InvalidArgumentTypeError(
-            f"'{names.batch}' must be a sequence of {kind.__name__}, got {type(batch).__name__}"
-        )
-    if batch and set(map(type, batch)) != {kind}:
-        k = next(k for k, effect in enumerate(batch) if type(effect) is not kind)
-        raise InvalidArgumentTypeError(
-            f"'{names.of(k)}' must be a {kind.__name__}, got {batch[k]!r}"
-        )
 
 
 def _distinct(seqs: Sequence[int], slots: Sequence[int], sources: Sequence[int] | None) -> bool:

@@ -31,7 +31,7 @@ from .._core.effect_dict import (
 from .._core.ring import SsmDecodeRing
 from .._core.save_batch import LIVE
 from .._errors import InvalidArgumentError, InvalidArgumentTypeError, StaleSnapshotError
-from ._batch_rules import CheckedAccepts, CheckedRestores, CheckedSaves, Names
+from ._batch_values import CheckedAccepts, CheckedRestores, CheckedSaves, Names
 from ._protocols import Rings
 from ._shared_rules import CheckedSharedRestores, CheckedSharedSaves, SharedChecks
 

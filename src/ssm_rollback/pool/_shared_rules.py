@@ -17,7 +17,8 @@ from typing import NamedTuple, NoReturn
 
 from .._core.effect_dict import SsmPrefixRestore, SsmPrefixSave
 from .._errors import InvalidArgumentError, StaleSnapshotError
-from ._batch_rules import RESTORES, SAVES, BatchChecks, Names, check_kinds
+from ._batch_rules import BatchChecks
+from ._batch_values import RESTORES, SAVES, Names, check_kinds
 
 __all__ = [
     "CheckedSharedRestores",

@@ -17,7 +17,7 @@ from typing import cast, final
 import attrs
 
 from .._errors import InvalidArgumentError, check_non_negative_int
-from ._batch_rules import IndexTable
+from ._batch_values import IndexTable
 from ._protocols import SharedSnapshotPool, SnapshotPool
 from ._shared_rules import SharedChecks, SharedHeld
 
