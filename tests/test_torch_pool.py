@@ -554,6 +554,25 @@ def test_memory_the_pool_no_longer_owns_is_refused(
     assert pool.stored_position(0, 1) is None
 
 
+@pytest.mark.parametrize("operation", ["save_shared", "restore_shared"])
+def test_shared_copies_into_memory_the_pool_no_longer_owns_are_refused(operation: str) -> None:
+    ssm = torch.arange(4 * 2 * 3, dtype=torch.float32).reshape(4, 2, 3)
+    pool = TorchSnapshotPool([ssm], 1, shared_slots=2)
+    pool.save_shared([SsmPrefixSave(0, 0, 5, 5)])
+    _set_other_storage(ssm)
+    before = ssm.clone()
+    call: Callable[[], object] = (
+        (lambda: pool.save_shared([SsmPrefixSave(1, 1, 6, 6)]))
+        if operation == "save_shared"
+        else (lambda: pool.restore_shared([SsmPrefixRestore(1, 0, 5, 5)]))
+    )
+    with pytest.raises(InvalidArgumentError, match=r"'live_states\[0\]' must still be the memory"):
+        call()
+    assert torch.equal(ssm, before)
+    assert pool.stored_shared_ticket(0) == 5
+    assert pool.stored_shared_ticket(1) is None
+
+
 def test_in_place_writes_to_owned_memory_are_fine() -> None:
     live = torch.zeros(3, 4)
     pool = TorchSnapshotPool([live], 1)

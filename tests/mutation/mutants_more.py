@@ -17,6 +17,7 @@ RULES = "pool/_batch_rules.py"
 RUNS = "pool/_runs.py"
 TAGS = "pool/_slot_tags.py"
 SHARED = "pool/_shared_rules.py"
+SHARED_BASE = "pool/_shared_base.py"
 ACCEPT_TESTS = ("tests/test_fail_closed.py", "tests/test_apply_effects.py", GAPS)
 ACCEPT_SELECT = ("-k", "accept")
 SHARED_TESTS = ("tests/test_prefix_pools.py", GAPS, "tests/test_fake_pool.py")
@@ -25,6 +26,10 @@ SHARED_SELECT = ("-k", "not twenty_thousand")
 
 def _acc(name: str, module: str, original: str, replacement: str, **kw: str) -> Mutant:
     return mutant(name, module, original, replacement, ACCEPT_TESTS, *ACCEPT_SELECT, **kw)
+
+
+def _shb(name: str, original: str, replacement: str, **kw: str) -> Mutant:
+    return mutant(name, SHARED_BASE, original, replacement, SHARED_TESTS, *SHARED_SELECT, **kw)
 
 
 def _sh(name: str, original: str, replacement: str, **kw: str) -> Mutant:
@@ -139,6 +144,41 @@ MORE_MUTANTS: tuple[Mutant, ...] = (
         "pool/_base.py",
         "            self._tags.commit_accepts(checked.rows, checked.tickets)\n",
         "",
+    ),
+    # -- the shared slots' half of the pool skeleton ----------------------------------------
+    _shb(
+        "shared_base_failed_saves_copied",
+        "            copy_rows = [row for k, row in enumerate(rows) if k not in skip]\n"
+        "            copy_slots = [slot for k, slot in enumerate(slots) if k not in skip]\n",
+        "            pass\n",
+    ),
+    _shb(
+        "shared_base_copy_error_not_forgotten",
+        "            self._tags.forget_shared(slots)  # maybe half written: no restore may read them\n",
+        "            pass\n",
+    ),
+    _shb(
+        "shared_base_failed_committed_as_saved",
+        "self._tags.commit_shared(slots, lengths, tickets, failed)",
+        "self._tags.commit_shared(slots, lengths, tickets, [])",
+    ),
+    mutant(
+        "shared_base_save_owned_unchecked",
+        SHARED_BASE,
+        "        self._check_owned()\n        rows, slots, lengths, tickets = checked\n",
+        "        rows, slots, lengths, tickets = checked\n",
+        ("tests/test_torch_pool.py",),
+        "-k",
+        "no_longer_owns",
+    ),
+    mutant(
+        "shared_base_restore_owned_unchecked",
+        SHARED_BASE,
+        "        self._check_owned()\n        if checked.rows:\n            self._copy_shared_restores",
+        "        if checked.rows:\n            self._copy_shared_restores",
+        ("tests/test_torch_pool.py",),
+        "-k",
+        "no_longer_owns",
     ),
     # -- the shared slots' rules --------------------------------------------------------------
     _sh("shared_save_again_unchecked", "if any(map(eq, held, tickets)):", "if False:"),

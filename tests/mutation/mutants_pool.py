@@ -12,6 +12,7 @@ RULES = "pool/_batch_rules.py"
 VALUES = "pool/_batch_values.py"
 TAGS = "pool/_slot_tags.py"
 BASE = "pool/_base.py"
+FAULTS = "pool/_faults.py"
 
 # Fastest first; the fake pool's conformance suite (about 35 s) last.
 POOL_TESTS = (
@@ -449,7 +450,7 @@ POOL_MUTANTS: tuple[Mutant, ...] = (
     ),
     _p(
         "base_fail_predicate_unchecked",
-        BASE,
+        FAULTS,
         "    if not callable(predicate):\n",
         "    if False:\n",
     ),

@@ -6,9 +6,8 @@ trusted part: check the memory is still owned, decide which saves fail,
 copy, tag - so tickets, ownership checks and fault handling cannot differ
 between backends; a backend supplies only the copies.
 
-The shared slots of prefix snapshots (SPEC 13) run the same two steps:
-``save_shared`` / ``restore_shared`` check against the tags' shared record,
-then copy (``_copy_shared_saves``, ``_copy_shared_restores``) and tag.
+The shared slots of prefix snapshots (SPEC 13) run the same two steps
+(``SharedSlotsBase``, in ``_shared_base``, which ``PoolBase`` extends).
 
 ``TaggedPool`` declares the split: a pool whose batches its ``SlotTags``
 check takes a batch they checked (``_save_checked`` and friends) without
@@ -18,12 +17,11 @@ against those tags, and hands it over (validate once, then trust: STYLE 12).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Protocol, cast, runtime_checkable
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
 
 from .._core.effect_dict import (
     SaveBatch,
-    SsmPrefixRestore,
     SsmPrefixSave,
     SsmSnapshotRestore,
     SsmSnapshotSave,
@@ -31,38 +29,14 @@ from .._core.effect_dict import (
 )
 from .._core.effects import trusted_save
 from .._core.save_batch import LIVE
-from .._errors import InvalidArgumentError, InvalidArgumentTypeError
+from .._errors import InvalidArgumentError
 from ._batch_values import CheckedAccepts, CheckedRestores, CheckedSaves
-from ._protocols import SaveOutcome
+from ._faults import FailPredicate, check_fail_predicate
+from ._shared_base import SharedSlotsBase
 from ._shared_rules import CheckedSharedRestores, CheckedSharedSaves
 from ._slot_tags import SlotTags
 
-__all__ = [
-    "FailPredicate",
-    "PoolBase",
-    "SharedFailPredicate",
-    "TaggedPool",
-    "check_fail_predicate",
-]
-
-#: A fault predicate: saves for which it returns true fail.
-FailPredicate = Callable[[SsmSnapshotSave], bool]
-#: The same for shared saves.
-SharedFailPredicate = Callable[[SsmPrefixSave], bool]
-
-
-def check_fail_predicate(
-    predicate: object, takes: str = "SsmSnapshotSave"
-) -> Callable[[object], bool] | None:
-    """``predicate`` if it is callable or ``None``; else ``InvalidArgumentError``."""
-    if predicate is None:
-        return None
-    if not callable(predicate):
-        raise InvalidArgumentTypeError(
-            f"'predicate' must be a callable taking an {takes}, or None, got "
-            f"{predicate!r} of type {type(predicate).__name__}"
-        )
-    return cast(Callable[[object], bool], predicate)
+__all__ = ["PoolBase", "TaggedPool"]
 
 
 @runtime_checkable
@@ -97,7 +71,7 @@ class TaggedPool(Protocol):
     def _restore_shared_checked(self, checked: CheckedSharedRestores, /) -> None: ...
 
 
-class PoolBase(TaggedPool):
+class PoolBase(SharedSlotsBase, TaggedPool):
     """The save, restore and accept steps every backend shares; subclasses supply the copies.
 
     It declares ``TaggedPool``: ``apply_effects`` checks a step's batches
@@ -118,7 +92,6 @@ class PoolBase(TaggedPool):
     def __init__(self, num_sequences: int, slots_per_sequence: int, shared_slots: int = 0) -> None:
         self._tags = SlotTags(num_sequences, slots_per_sequence, shared_slots=shared_slots)
         self._fail: FailPredicate | None = None
-        self._fail_shared: SharedFailPredicate | None = None
 
     @property
     def num_sequences(self) -> int:
@@ -153,67 +126,6 @@ class PoolBase(TaggedPool):
         it is listed in ``SaveOutcome.failed``.
         """
         self._fail = check_fail_predicate(predicate)
-
-    # -- shared slots (SPEC 13) ---------------------------------------------------
-
-    @property
-    def shared_slots(self) -> int:
-        """Shared slots for prefix snapshots (SPEC 13), apart from every row's ring slots."""
-        return self._tags.shared_slots
-
-    def stored_shared_ticket(self, slot: int) -> int | None:
-        """The ticket of the save shared ``slot`` holds, or ``None``."""
-        return self._tags.stored_shared_ticket(slot)
-
-    def save_shared(self, saves: Sequence[SsmPrefixSave], /) -> SaveOutcome:
-        """Copy each save's live row into its shared slot; failures in ``failed_shared``.
-
-        A save whose ticket its shared slot already holds (applied twice) is
-        ``StaleSnapshotError``; bad ids, a row or a shared slot twice are
-        ``InvalidArgumentError``: nothing copied either way.
-        """
-        checked = self._tags.check_shared_saves(saves)
-        return SaveOutcome(failed_shared=self._save_shared_checked(checked, saves))
-
-    def restore_shared(self, restores: Sequence[SsmPrefixRestore], /) -> None:
-        """Copy each restore's shared slot into its live row; a stale one copies nothing.
-
-        Only when every shared slot holds exactly its restore's ticket and
-        length; several rows may read one shared slot.
-        """
-        self._restore_shared_checked(self._tags.check_shared_restores(restores))
-
-    def fail_shared_when(self, predicate: SharedFailPredicate | None) -> None:
-        """Fault injection for shared saves, as ``fail_when`` is for ring saves."""
-        self._fail_shared = check_fail_predicate(predicate, "SsmPrefixSave")
-
-    def _save_shared_checked(
-        self, checked: CheckedSharedSaves, saves: Sequence[SsmPrefixSave], /
-    ) -> tuple[SsmPrefixSave, ...]:
-        """Copy and tag shared saves this pool's tags checked; return the failed ones."""
-        self._check_owned()
-        rows, slots, lengths, tickets = checked
-        fail = self._fail_shared
-        failed = [] if fail is None else [k for k in range(len(rows)) if fail(saves[k])]
-        copy_rows, copy_slots = rows, slots
-        if failed:
-            skip = set(failed)
-            copy_rows = [row for k, row in enumerate(rows) if k not in skip]
-            copy_slots = [slot for k, slot in enumerate(slots) if k not in skip]
-        try:
-            if copy_rows:
-                self._copy_shared_saves(copy_rows, copy_slots)
-        except BaseException:
-            self._tags.forget_shared(slots)  # maybe half written: no restore may read them
-            raise
-        self._tags.commit_shared(slots, lengths, tickets, failed)
-        return tuple(saves[k] for k in failed)
-
-    def _restore_shared_checked(self, checked: CheckedSharedRestores, /) -> None:
-        """Copy shared restores this pool's tags checked."""
-        self._check_owned()
-        if checked.rows:
-            self._copy_shared_restores(checked.rows, checked.slots)
 
     # -- check, then the trusted steps -------------------------------------------
 
@@ -323,14 +235,6 @@ class PoolBase(TaggedPool):
 
     def _copy_restores(self, rows: list[int], flat: list[int]) -> None:
         """Copy storage row ``flat[k]`` into live row ``rows[k]`` (rows are unique)."""
-        raise NotImplementedError
-
-    def _copy_shared_saves(self, rows: list[int], slots: list[int]) -> None:
-        """Copy live row ``rows[k]`` into shared slot ``slots[k]`` (rows and slots are unique)."""
-        raise NotImplementedError
-
-    def _copy_shared_restores(self, rows: list[int], slots: list[int]) -> None:
-        """Copy shared slot ``slots[k]`` into live row ``rows[k]`` (rows are unique, slots not)."""
         raise NotImplementedError
 
     def _intermediate_count(self, seq: int) -> int:
