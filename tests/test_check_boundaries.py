@@ -17,6 +17,8 @@ from ssm_rollback import (
     SaveBatch,
     SlotTags,
     SsmDecodeRing,
+    SsmPrefixRestore,
+    SsmPrefixSave,
     SsmRingEntry,
     SsmSnapshotRestore,
     SsmSnapshotSave,
@@ -306,6 +308,34 @@ def test_a_copy_that_raises_leaves_every_slot_of_the_batch_holding_nothing() -> 
         pool.save([Save(0, 0, 2, 4), Save(1, 0, 2, 5), Save(2, 0, 2, 6)])
     for seq in range(3):
         assert (pool.stored_position(seq, 0), pool.stored_ticket(seq, 0)) == (None, None)
+
+
+def test_a_shared_copy_that_raises_leaves_every_shared_slot_of_the_batch_holding_nothing() -> None:
+    """The same for the shared slots (SPEC 13): the slots copied before the error, the failed
+    save's and the rest all hold nothing, so no restore reads a half-written one."""
+    pool = FakeSnapshotPool(3, 1, shared_slots=3)
+    pool.live[:] = ["a", "b", "c"]
+    assert pool.save_shared([SsmPrefixSave(seq, seq, 4, 1 + seq) for seq in range(3)]).ok
+    pool.live = _Unreadable(["a2", "b2", "c2"])  # type: ignore[assignment]
+    pool.fail_shared_when(lambda save: save.seq == 1)
+    with pytest.raises(RuntimeError, match="device error"):
+        pool.save_shared([SsmPrefixSave(seq, seq, 5, 4 + seq) for seq in range(3)])
+    assert [pool.stored_shared_ticket(slot) for slot in range(3)] == [None, None, None]
+    with pytest.raises(StaleSnapshotError):
+        pool.restore_shared([SsmPrefixRestore(0, 0, 4, 1)])
+
+
+def test_a_failed_shared_save_copies_nothing_into_its_slot() -> None:
+    """A shared save the fault predicate fails copies nothing: the other saves of its batch
+    are copied, and its slot's storage keeps what it held."""
+    pool = FakeSnapshotPool(2, 1, shared_slots=2)
+    pool.live[:] = ["a", "b"]
+    pool.fail_shared_when(lambda save: save.seq == 1)
+    outcome = pool.save_shared([SsmPrefixSave(0, 0, 3, 1), SsmPrefixSave(1, 1, 3, 2)])
+    assert outcome.failed_shared == (SsmPrefixSave(1, 1, 3, 2),)
+    assert pool.copies == 1
+    assert pool.stored_shared_value(0) == "a"
+    assert pool.stored_shared_ticket(1) is None
 
 
 class _PoolWithoutTickets:

@@ -29,7 +29,8 @@ def _acc(name: str, module: str, original: str, replacement: str, **kw: str) -> 
 
 
 def _shb(name: str, original: str, replacement: str, **kw: str) -> Mutant:
-    return mutant(name, SHARED_BASE, original, replacement, SHARED_TESTS, *SHARED_SELECT, **kw)
+    tests = ("tests/test_check_boundaries.py", *SHARED_TESTS)
+    return mutant(name, SHARED_BASE, original, replacement, tests, *SHARED_SELECT, **kw)
 
 
 def _sh(name: str, original: str, replacement: str, **kw: str) -> Mutant:
