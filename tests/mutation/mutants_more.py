@@ -61,6 +61,7 @@ def _gs(name: str, original: str, replacement: str, **kw: str) -> Mutant:
 
 # -- the Hugging Face backtracking decoder and its stream --------------------------------------
 GENERATION = "integrations/_hf/generation.py"
+GEN_ROW = "integrations/_hf/row.py"
 STREAM = "integrations/_hf/stream.py"
 DECODING = "integrations/_hf/decoding.py"
 ARGS = "integrations/_hf/arguments.py"
@@ -388,13 +389,13 @@ MORE_MUTANTS: tuple[Mutant, ...] = (
     # -- the backtracking decoder -------------------------------------------------------------
     _hf(
         "gen_budget_never_spent",
-        GENERATION,
+        GEN_ROW,
         "    row.budget -= 1\n    return True\n",
         "    return True\n",
     ),
     _hf(
         "gen_budget_off_by_one",
-        GENERATION,
+        GEN_ROW,
         "    if row.budget <= 0:  # spent",
         "    if row.budget < 0:  # spent",
     ),
@@ -406,13 +407,13 @@ MORE_MUTANTS: tuple[Mutant, ...] = (
     ),
     _hf(
         "gen_boundaries_kept_past_the_cut",
-        GENERATION,
+        GEN_ROW,
         "    del row.boundaries[row.boundaries.index(plan.keep_len) + 1 :]\n",
         "",
     ),
     _hf(
         "gen_logits_kept_past_the_cut",
-        GENERATION,
+        GEN_ROW,
         "del output[plan.keep_len :], row.logits_after[plan.keep_len + 1 :]",
         "del output[plan.keep_len :], row.logits_after[plan.keep_len + 2 :]",
     ),
@@ -424,13 +425,13 @@ MORE_MUTANTS: tuple[Mutant, ...] = (
     ),
     _hf(
         "gen_crop_ignores_the_prompt",
-        GENERATION,
+        GEN_ROW,
         "crop=lambda keep: stream.plan_truncate(len(row.prompt) + keep),",
         "crop=lambda keep: stream.plan_truncate(keep),",
     ),
     _hf(
         "gen_fresh_check_skips_the_last_token",
-        GENERATION,
+        GEN_ROW,
         "    for token in row.output:\n",
         "    for token in row.output[:-1]:\n",
     ),

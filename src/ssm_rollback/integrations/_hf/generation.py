@@ -16,7 +16,6 @@ moves the matcher back with the model or not at all (``_grammar_step``,
 from __future__ import annotations
 
 import inspect
-import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
@@ -25,8 +24,7 @@ import torch
 
 from ... import SsmDecodeRing
 from ..._errors import InvalidArgumentError, check_non_negative_int
-from ...rollback import RollbackDeclined, RollbackPlan, snapshot_boundary_if_ssm
-from .._grammar.rollback import _transact
+from ...rollback import snapshot_boundary_if_ssm
 from .._grammar.step import GrammarArg, RowGrammar, row_grammars
 from .arguments import (
     TokenPredicate,
@@ -44,6 +42,7 @@ from .generate_args import generate_args, length_in_config
 from .prefix_cache import HybridPrefixCache
 from .prefix_use import checked_prefix_cache, publish_stream, start_stream
 from .prompts import InputIds, Prompts, read_prompts, sequences
+from .row import _check_against_fresh, _roll_back, _Row
 from .scoring import Scoring
 from .stream import _Stream
 from .streaming import TokenStreamer, generate_call, open_stream
@@ -55,29 +54,6 @@ RejectFn = Callable[[list[int]], int | None]
 
 #: Served rollbacks a row may take by default before further ones are declined.
 MAX_ROLLBACKS: Final = 64
-
-
-@attrs.define
-class _Row:
-    """One row's decode: its stream, ring, output and boundaries, and logits after each length."""
-
-    stream: _Stream
-    ring: SsmDecodeRing
-    prompt: list[int]
-    #: The prompt as given (left padding kept): what ``generate``'s processors see before it.
-    given: list[int] = attrs.field(factory=list)
-    output: list[int] = attrs.field(factory=list)
-    boundaries: list[int] = attrs.field(factory=list)
-    logits_after: list[torch.Tensor] = attrs.field(factory=list)
-    grammar: RowGrammar | None = None
-    #: Rollbacks this row may still take (``max_rollbacks`` less those served).
-    budget: int = 0
-    #: By position: the tokens ``reject`` refused there, each with the tokens before it.
-    refused: dict[int, list[tuple[tuple[int, ...], int]]] = attrs.field(factory=dict)
-    #: Output tokens put into the streamer: those no rollback can take back any more.
-    streamed: int = 0
-    #: With ``output_scores``: the scores each output token was picked from.
-    scores: list[torch.Tensor] = attrs.field(factory=list)
 
 
 @attrs.frozen
@@ -320,59 +296,3 @@ def _without(scores: torch.Tensor, banned: torch.Tensor | list[int]) -> torch.Te
         banned = mask
     kept = scores.masked_fill(banned.to(scores.device), float("-inf"))
     return kept if bool(torch.isfinite(kept).any()) else scores
-
-
-def _roll_back(row: _Row, limit: int, counts: _Counts) -> bool:
-    """Roll the row (and its matcher) back to its last boundary with a snapshot at most
-    ``limit`` long."""
-    output, stream = row.output, row.stream
-    limit = min(limit, len(output))
-    if not output:
-        counts.rollbacks_declined += 1
-        return False
-    if row.budget <= 0:  # spent: decline, so a reject that refuses everything still ends
-        counts.rollbacks_declined += 1
-        counts.rollbacks_over_budget += 1
-        return False
-    started = time.perf_counter()
-    plan = _transact(
-        row.ring,
-        row.boundaries,
-        None if row.grammar is None else row.grammar.matcher,
-        seq=0,
-        tokens=output,
-        pool=stream.pool,
-        at_most=limit,
-        hybrid=True,
-        crop=lambda keep: stream.plan_truncate(len(row.prompt) + keep),
-    )
-    if not isinstance(plan, RollbackPlan):
-        counts.rollbacks_declined += 1
-        counts.grammar_declined += not isinstance(plan, RollbackDeclined)
-        return False
-    counts.rollback_seconds += time.perf_counter() - started
-    del output[plan.keep_len :], row.logits_after[plan.keep_len + 1 :], row.scores[plan.keep_len :]
-    del row.boundaries[row.boundaries.index(plan.keep_len) + 1 :]
-    counts.rollbacks_served += 1
-    counts.tokens_regenerated += plan.tokens_dropped
-    row.budget -= 1
-    return True
-
-
-def _check_against_fresh(row: _Row, logits: torch.Tensor, counts: _Counts) -> None:
-    """Compare the step after a rollback with a fresh decode of the same tokens, bit for bit."""
-    stream = row.stream
-    vocab = logits.shape[-1]
-    started = time.perf_counter()
-    # What an engine without snapshots would do instead: prefill the kept prefix again.
-    _fresh_stream(stream, vocab).feed(row.prompt + row.output[:-1], last_only=True)
-    counts.recompute_seconds += time.perf_counter() - started
-    fresh = _fresh_stream(stream, vocab)
-    fresh_logits = fresh.feed(row.prompt, last_only=True)[-1]
-    for token in row.output:
-        fresh_logits = fresh.feed([token])[-1]
-    counts.mismatches += not torch.equal(logits, fresh_logits)
-
-
-def _fresh_stream(stream: _Stream, vocab: int) -> _Stream:
-    return _Stream(stream._model, vocab, 0)
