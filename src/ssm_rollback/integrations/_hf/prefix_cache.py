@@ -59,7 +59,6 @@ class HybridPrefixCache:
         self._vocab = text_vocab_size(model)
         self._max_bytes = check_non_negative_int("max_bytes", max_bytes)
         check_continues(model, self._vocab)
-        self._model = model
         self._config: PretrainedConfig = getattr(model, "config")  # noqa: B009 (typed here)
         self._pass = CachedForward(model)
         # The smallest entry (one token) bounds how many can ever fit: the index's slots.
@@ -71,7 +70,7 @@ class HybridPrefixCache:
     @property
     def model(self) -> torch.nn.Module:
         """The model whose prefixes this holds."""
-        return self._model
+        return self._pass.model
 
     @property
     def max_bytes(self) -> int:

@@ -101,4 +101,4 @@ def _check_against_fresh(row: _Row, logits: torch.Tensor, counts: _Counts) -> No
 
 
 def _fresh_stream(stream: _Stream, vocab: int) -> _Stream:
-    return _Stream(stream._model, vocab, 0)
+    return _Stream(stream.model, vocab, 0)

@@ -87,7 +87,6 @@ class _Stream:
     def __init__(
         self, model: torch.nn.Module, vocab: int, ring_slots: int, *, narrow_scans: bool = True
     ) -> None:
-        self._model = model
         self._vocab = vocab
         self._ring_slots = ring_slots
         self._forward = CachedForward(model, narrow_scans=narrow_scans)
@@ -98,6 +97,11 @@ class _Stream:
         self.forward_passes = 0
         self._checkpoint_ring = SsmDecodeRing(1)
         self._checkpoint: SsmSnapshotSave | None = None
+
+    @property
+    def model(self) -> torch.nn.Module:
+        """The model it decodes."""
+        return self._forward.model
 
     def feed(self, ids: Sequence[int], *, last_only: bool = False) -> torch.Tensor:
         """Feed the queued tokens and ``ids`` in one forward pass; the logits of ``ids`` (of
