@@ -13,16 +13,17 @@ import datetime
 import gc
 import json
 import random
-import socket
-import subprocess
 import sys
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Final, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Final, ParamSpec, TypeVar
 
 import pytest
+
+if TYPE_CHECKING:
+    from conftest import RankLauncher
 
 pytest.importorskip("torch")
 
@@ -58,7 +59,6 @@ SLOTS: Final = 4
 DRAFTS: Final = 3
 STEPS: Final = 70
 PRIME: Final = 65521.0  # states stay exact integers in float32
-JOIN_S: Final = 120
 
 IDLE, DECODE, VERIFY, RESET, ROLLBACK = range(5)
 
@@ -572,39 +572,12 @@ def main(argv: list[str]) -> None:
 # -- the tests -------------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def launch(world: int, out: Path) -> list[str]:
-    """Run ``world`` ranks; their JSON results. Fail (killing them) after ``JOIN_S``."""
-    port = free_port()
-    procs = [
-        subprocess.Popen(
-            [sys.executable, __file__, str(r), str(world), str(port), str(out)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for r in range(world)
-    ]
-    errors = []
-    try:
-        for r, proc in enumerate(procs):
-            _, stderr = proc.communicate(timeout=JOIN_S)
-            if proc.returncode:
-                errors.append(f"rank {r} exited {proc.returncode}:\n{stderr[-3000:]}")
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"{world} ranks did not finish within {JOIN_S} s")
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    assert not errors, "\n".join(errors)
+def launch(launcher: RankLauncher, world: int, out: Path) -> list[str]:
+    """Run ``world`` ranks; their JSON results."""
+    port = launcher.port()
+    launcher.run(
+        {f"rank {r}": [__file__, str(r), str(world), str(port), str(out)] for r in range(world)}
+    )
     return [(out / f"rank{r}.json").read_text(encoding="utf-8") for r in range(world)]
 
 
@@ -900,11 +873,15 @@ _LAUNCHED: dict[int, list[str]] = {}
 
 
 @pytest.fixture(params=[2, 4], ids=lambda world: f"{world}-ranks")
-def ranks(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+def ranks(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    launch_ranks: RankLauncher,
+) -> list[str]:
     """Each rank's results; one launch per world size serves both tests (startup dominates)."""
     world: int = request.param
     if world not in _LAUNCHED:
-        _LAUNCHED[world] = launch(world, tmp_path_factory.mktemp(f"tp{world}"))
+        _LAUNCHED[world] = launch(launch_ranks, world, tmp_path_factory.mktemp(f"tp{world}"))
     return _LAUNCHED[world]
 
 

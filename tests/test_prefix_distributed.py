@@ -21,14 +21,15 @@ from __future__ import annotations
 import datetime
 import json
 import random
-import socket
-import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Final, cast
+from typing import TYPE_CHECKING, Final, cast
 
 import pytest
+
+if TYPE_CHECKING:
+    from conftest import RankLauncher
 
 pytest.importorskip("torch")
 
@@ -59,7 +60,6 @@ SHARED: Final = 4
 STEPS: Final = 120
 CHUNK: Final = 6  # prompt tokens a row feeds per step at most
 PRIME: Final = 65521.0  # states stay exact integers in float32
-JOIN_S: Final = 120
 SYSTEMS: Final = (
     (11, 12, 13, 14, 15, 16, 17, 18, 19),
     (21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31),
@@ -440,44 +440,17 @@ def main(argv: list[str]) -> None:
 # -- the tests -----------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 Results = list[dict[str, int]]
 
 
 @pytest.fixture(scope="module")
-def launched(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, object]]:
-    """Each rank's results; fail (killing them) after ``JOIN_S``."""
+def launched(
+    tmp_path_factory: pytest.TempPathFactory, launch_ranks: RankLauncher
+) -> list[dict[str, object]]:
+    """Each rank's results."""
     out = tmp_path_factory.mktemp("prefix-tp")
-    port = free_port()
-    procs = [
-        subprocess.Popen(
-            [sys.executable, __file__, str(r), str(port), str(out)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for r in range(WORLD)
-    ]
-    errors = []
-    try:
-        for r, proc in enumerate(procs):
-            _, stderr = proc.communicate(timeout=JOIN_S)
-            if proc.returncode:
-                errors.append(f"rank {r} exited {proc.returncode}:\n{stderr[-3000:]}")
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"{WORLD} ranks did not finish within {JOIN_S} s")
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    assert not errors, "\n".join(errors)
+    port = launch_ranks.port()
+    launch_ranks.run({f"rank {r}": [__file__, str(r), str(port), str(out)] for r in range(WORLD)})
     return [json.loads((out / f"rank{r}.json").read_text(encoding="utf-8")) for r in range(WORLD)]
 
 

@@ -9,7 +9,7 @@ ranks compare ``src`` only at a group's first step.
 
 Each case runs on a group of its own whose timeout is ``TIMEOUT_S``. Both
 world sizes start at once (run as a script, this file is a rank's program)
-and the launch is bounded by ``JOIN_S``, so a hang fails the tests instead of
+and the launch is bounded (``launch_ranks``), so a hang fails the tests instead of
 stalling the suite. The in-process tests at the end make every backend call
 fail on a stand-in group.
 """
@@ -19,16 +19,17 @@ from __future__ import annotations
 import datetime
 import json
 import os
-import socket
-import subprocess
 import sys
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Final, cast
+from typing import TYPE_CHECKING, Final, cast
 
 import pytest
+
+if TYPE_CHECKING:
+    from conftest import RankLauncher
 
 pytest.importorskip("torch")
 
@@ -43,7 +44,6 @@ from ssm_rollback._tp import failures as _failures
 from ssm_rollback.backends.torch import TorchSnapshotPool
 
 TIMEOUT_S: Final = 2
-JOIN_S: Final = 120
 STEP: Final[tuple[Effect, ...]] = (SsmStateAccept(1, 2),)
 SKIP: Final = "skip"  # a rank that makes no call in that round
 
@@ -153,40 +153,17 @@ def main(argv: list[str]) -> None:
 # -- the launch ------------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def launch(worlds: Sequence[int], out: Path) -> dict[int, list[dict[str, list[Outcome]]]]:
-    """Run every world's ranks at once; each rank's outcomes by case. Fail after ``JOIN_S``."""
-    procs: dict[tuple[int, int], subprocess.Popen[str]] = {}
+def launch(
+    launcher: RankLauncher, worlds: Sequence[int], out: Path
+) -> dict[int, list[dict[str, list[Outcome]]]]:
+    """Run every world's ranks at once; each rank's outcomes by case."""
+    ranks = {}
     for world in worlds:
-        port, folder = free_port(), out / f"world{world}"
+        port, folder = launcher.port(), out / f"world{world}"
         folder.mkdir()
         for r in range(world):
-            procs[world, r] = subprocess.Popen(
-                [sys.executable, __file__, str(r), str(world), str(port), str(folder)],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-    errors = []
-    try:
-        for (world, r), proc in procs.items():
-            _, stderr = proc.communicate(timeout=JOIN_S)
-            if proc.returncode:
-                errors.append(f"rank {r} of {world} exited {proc.returncode}:\n{stderr[-3000:]}")
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"the ranks did not finish within {JOIN_S} s")
-    finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    assert not errors, "\n".join(errors)
+            ranks[f"rank {r} of {world}"] = [__file__, str(r), str(world), str(port), str(folder)]
+    launcher.run(ranks)
     return {
         world: [
             json.loads((out / f"world{world}" / f"rank{r}.json").read_text(encoding="utf-8"))
@@ -198,9 +175,9 @@ def launch(worlds: Sequence[int], out: Path) -> dict[int, list[dict[str, list[Ou
 
 @pytest.fixture(scope="module")
 def launched(
-    tmp_path_factory: pytest.TempPathFactory,
+    tmp_path_factory: pytest.TempPathFactory, launch_ranks: RankLauncher
 ) -> dict[int, list[dict[str, list[Outcome]]]]:
-    return launch((2, 3), tmp_path_factory.mktemp("fail_together"))
+    return launch(launch_ranks, (2, 3), tmp_path_factory.mktemp("fail_together"))
 
 
 def by_rank(
