@@ -174,12 +174,23 @@ def test_simulate_workload_json_is_one_object_and_seeded() -> None:
     assert all(row["mismatches"] == 0 for row in data["clairvoyant"])
 
 
+def test_simulate_workload_jobs_print_the_same_results() -> None:
+    status, alone = run(*PREFIX, "--json")
+    assert status == 0
+    status, shared = run(*PREFIX, "--json", "--jobs", "2")
+    assert status == 0
+    assert json.loads(shared) == json.loads(alone)
+
+
 @pytest.mark.parametrize(
     ("argv", "flag"),
     [
         (("simulate", "--prefix-slots", "4"), "--prefix-slots"),
         (("simulate", "--requests", "4"), "--requests"),
+        (("simulate", "--jobs", "2"), "--jobs"),
         (("simulate", "--workload", "chess"), "--workload"),
+        (("simulate", "--workload", "chat", "--jobs", "0"), "--jobs"),
+        (("simulate", "--workload", "chat", "--jobs", "2.5"), "--jobs"),
         (("simulate", "--workload", "chat", "--prefix-slots", "4,x"), "--prefix-slots"),
         (("simulate", "--workload", "chat", "--prefix-slots", "4,4"), "--prefix-slots"),
         (("simulate", "--workload", "chat", "--requests", "0"), "--requests"),

@@ -8,7 +8,10 @@ replay in seconds; what they check holds at any scale.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import statistics
+import sys
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -26,6 +29,7 @@ from ssm_rollback._apps.prefix_sim import (
     SimulationOptions,
     TraceParams,
     _replay,
+    _workers,
     generate,
     plot,
     simulate,
@@ -332,6 +336,57 @@ def test_the_report_has_a_text_form_json_and_plot_data() -> None:
     assert seen[-1] == (200 * 11, 200 * 11)  # 8 rule runs, the bound, 2 clairvoyant runs
 
 
+@pytest.mark.parametrize("workload", WORKLOADS)
+def test_replays_in_worker_processes_give_the_same_report(workload: str) -> None:
+    options = SimulationOptions(params=small(workload, 150), slots=(4, 16), engines=ENGINES)
+    seen: list[tuple[int, int]] = []
+    shared = simulate(attrs.evolve(options, jobs=3), lambda done, total: seen.append((done, total)))
+    assert shared.to_dict() == simulate(options).to_dict()
+    assert [done for done, _ in seen] == sorted(done for done, _ in seen)  # never backwards
+    assert seen[-1] == (150 * 27, 150 * 27)  # 24 rule runs, the bound, 2 clairvoyant runs
+
+
+def test_spawned_workers_give_the_same_report_while_another_thread_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With another thread alive, workers are spawned (a fork could copy it holding a lock)."""
+    options = SimulationOptions(
+        params=small("chat", 60), slots=(4,), rules=("app", "llamacpp"), engines=ENGINES
+    )
+    contexts: list[str | None] = []
+    get_context = multiprocessing.get_context
+
+    def spy(method: str | None = None) -> multiprocessing.context.BaseContext:
+        contexts.append(method)
+        return get_context(method)
+
+    monkeypatch.setattr(multiprocessing, "get_context", spy)
+    release = threading.Event()
+    other = threading.Thread(target=release.wait)
+    other.start()
+    try:
+        shared = simulate(attrs.evolve(options, jobs=2))
+    finally:
+        release.set()
+        other.join()
+    assert contexts == ["spawn"]
+    assert shared.to_dict() == simulate(options).to_dict()
+
+
+def test_an_error_in_a_worker_is_raised_to_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forked workers run the patched replay: its error comes back as itself."""
+    if sys.platform != "linux" or threading.active_count() != 1:
+        pytest.skip("workers are forked only on Linux with no other thread running")
+
+    def broken(*_: object, **__: object) -> RuleResult:
+        raise InvalidArgumentError("'rule' broken on purpose")
+
+    monkeypatch.setattr(_workers, "replay", broken)
+    options = SimulationOptions(params=small("chat", 40), slots=(4,), engines=ENGINES, jobs=2)
+    with pytest.raises(InvalidArgumentError, match="broken on purpose"):
+        simulate(options)
+
+
 def test_plot_writes_a_png(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     report = simulate(
@@ -354,6 +409,9 @@ def test_plot_writes_a_png(tmp_path: Path) -> None:
         ({"evictions": ("fifo",)}, "'evictions'"),
         ({"params": "chat"}, "'params'"),
         ({"engines": None}, "'engines'"),
+        ({"jobs": 0}, "'jobs'"),
+        ({"jobs": True}, "'jobs'"),
+        ({"jobs": 2.0}, "'jobs'"),
     ],
 )
 def test_bad_options_are_named(change: dict[str, object], name: str) -> None:

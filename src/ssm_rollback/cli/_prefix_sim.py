@@ -16,11 +16,20 @@ from typing import Final, TextIO
 from .._apps.prefix_sim import WORKLOADS, SimulationOptions, TraceParams, plot, simulate
 from ._common import FlagError, int_flag, one_line, progress_bar
 
-__all__ = ["DEFAULT_PREFIX_SLOTS", "MAX_REQUESTS", "add_arguments", "check_depth_only", "run"]
+__all__ = [
+    "DEFAULT_PREFIX_SLOTS",
+    "MAX_JOBS",
+    "MAX_REQUESTS",
+    "add_arguments",
+    "check_depth_only",
+    "run",
+]
 
 DEFAULT_PREFIX_SLOTS: Final = (16, 64, 256)
 #: A trace past this many requests is a typo: it would run for hours.
 MAX_REQUESTS: Final = 1_000_000
+#: Past this many replay processes, a typo: no simulation has that many replays.
+MAX_JOBS: Final = 1024
 #: No index needs more shared slots than a trace has positions; past this, a typo.
 MAX_PREFIX_SLOTS: Final = 1_000_000
 
@@ -62,6 +71,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="with --workload: requests in the trace (default: the workload's)",
     )
+    add(
+        "--jobs",
+        type=int_flag(1, MAX_JOBS),
+        default=None,
+        help="with --workload: replay in this many processes (default 1); the results "
+        "are the same at any count",
+    )
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
@@ -71,7 +87,8 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     params = TraceParams.default(args.workload, requests=args.requests, seed=args.seed)
     slots = DEFAULT_PREFIX_SLOTS if args.prefix_slots is None else args.prefix_slots
     bar = progress_bar(sys.stderr, "requests", quiet=args.json)
-    report = simulate(SimulationOptions(params=params, slots=slots), bar)
+    jobs = 1 if args.jobs is None else args.jobs
+    report = simulate(SimulationOptions(params=params, slots=slots, jobs=jobs), bar)
     if args.plot is not None:
         plot(report, args.plot)
     if args.json:
@@ -85,6 +102,7 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
 
 def check_depth_only(args: argparse.Namespace) -> None:
     """Refuse prefix flags without ``--workload``: they would be silently ignored."""
-    for name, flag in (("prefix_slots", "--prefix-slots"), ("requests", "--requests")):
+    flags = (("prefix_slots", "--prefix-slots"), ("requests", "--requests"), ("jobs", "--jobs"))
+    for name, flag in flags:
         if getattr(args, name) is not None:
             raise FlagError(flag, "needs --workload chat|agentic|branching")

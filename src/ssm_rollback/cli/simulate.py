@@ -104,6 +104,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "workload": "--workload",
         "requests": "--requests",
         "slots": "--prefix-slots",
+        "jobs": "--jobs",
         "seed": "--seed",
         "path": "--plot",
     }

@@ -2,7 +2,8 @@
 
 Synthetic ``chat``, ``agentic`` and ``branching`` traces (``_trace`` by ``_params``, of
 ``_requests``) are replayed through ``PrefixSnapshotIndex`` under the application's rule and the
-engines' fixed rules at equal shared slots (``_replay``, ``_rules``), beside
+engines' fixed rules at equal shared slots (``_replay``, ``_rules``; in worker processes with
+``jobs``, ``_workers``), beside
 two oracles: the unlimited bound (every position kept, unlimited slots) and
 the clairvoyant oracle at each slot count (``_clairvoyant``: Belady's
 eviction over the prefixes later requests reuse).

@@ -19,12 +19,11 @@ import attrs
 
 from ..._errors import InvalidArgumentError
 from ...prefix import EVICTIONS, Eviction
-from ._clairvoyant import replay_clairvoyant, targets
-from ._oracle import unlimited_bound
-from ._params import TraceParams
-from ._replay import RuleResult, replay, replay_oracle
+from ._params import TraceParams, at_least
+from ._replay import RuleResult
 from ._rules import APP_RULES, RULES, EngineSettings, RuleName
 from ._trace import generate
+from ._workers import Run, run_all
 
 __all__ = ["SimulationOptions", "SimulationReport", "plot", "simulate"]
 
@@ -53,6 +52,8 @@ class SimulationOptions:
     rules: tuple[RuleName, ...] = RULES
     evictions: tuple[Eviction, ...] = EVICTIONS
     engines: EngineSettings = attrs.field(factory=EngineSettings)
+    #: Processes that replay (1: this one); the results are the same at any count.
+    jobs: int = attrs.field(default=1, validator=at_least(1))
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.params, TraceParams):
@@ -190,39 +191,22 @@ def simulate(options: SimulationOptions, progress: Progress | None = None) -> Si
     if not isinstance(options, SimulationOptions):
         raise InvalidArgumentError(f"'options' must be a SimulationOptions, got {options!r}")
     trace = generate(options.params)
-    runs = [
+    runs: list[Run] = [
         (slots, rule, eviction)
         for slots in options.slots
         for rule in options.rules
         for eviction in options.evictions
     ]
     total = len(trace) * (len(runs) + 1 + len(options.slots))
-
-    def report(base: int) -> Callable[[int], None] | None:
-        if progress is None:
-            return None
-        return lambda done: progress(base + done, total)
-
-    bound = unlimited_bound(trace, report(0))  # the oracle's pass, and the clairvoyant's
-    oracle = replay_oracle(trace, bound=bound)
-    results = []
-    for i, (slots, rule, eviction) in enumerate(runs, start=1):
-        results.append(
-            replay(
-                trace,
-                rule,
-                slots=slots,
-                eviction=eviction,
-                engines=options.engines,
-                progress=report(i * len(trace)),
-            )
-        )
-    plan = targets(trace, bound)
-    clairvoyant = []
-    for i, slots in enumerate(options.slots, start=len(runs) + 1):
-        clairvoyant.append(
-            replay_clairvoyant(trace, plan, slots=slots, progress=report(i * len(trace)))
-        )
+    (oracle, clairvoyant), results = run_all(
+        trace,
+        options.params,
+        runs,
+        slots=options.slots,
+        engines=options.engines,
+        jobs=options.jobs,
+        progress=None if progress is None else lambda done: progress(done, total),
+    )
     if progress is not None:
         progress(total, total)
     kinds = Counter(request.kind for request in trace)
@@ -232,7 +216,7 @@ def simulate(options: SimulationOptions, progress: Progress | None = None) -> Si
         kinds=tuple(kinds.most_common()),
         oracle=oracle,
         results=tuple(results),
-        clairvoyant=tuple(clairvoyant),
+        clairvoyant=clairvoyant,
     )
 
 

@@ -1,0 +1,119 @@
+"""One simulation's replays, one after another or in worker processes: ``run_all``.
+
+Each replay is independent and deterministic (one trace; one rule, eviction
+and slot count, or the oracles), so running them in ``jobs`` processes
+gives exactly the results of running them in turn. A worker generates the
+trace once from its parameters (the same parameters give the same trace)
+instead of receiving it. Workers are forked on Linux while this process
+runs no other thread (nothing is imported again); else spawned, so another
+thread is never copied holding a lock (a spawned worker imports the
+caller's main module again, which then needs its ``if __name__ ==
+"__main__":`` guard, as for any spawned pool). In turn, progress is
+reported request by request; in workers, as each rule replay finishes.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+
+from ...prefix import Eviction
+from ._clairvoyant import replay_clairvoyant, targets
+from ._oracle import unlimited_bound
+from ._params import TraceParams
+from ._replay import RuleResult, replay, replay_oracle
+from ._requests import Request
+from ._rules import EngineSettings, RuleName
+from ._trace import generate
+
+__all__ = ["Run", "run_all"]
+
+#: One rule replay: shared slots, placement rule, eviction.
+Run = tuple[int, RuleName, Eviction]
+#: ``progress(done)``: requests replayed so far, over all replays.
+Progress = Callable[[int], None]
+#: The unlimited bound, and the clairvoyant oracle at each slot count.
+Oracles = tuple[RuleResult, tuple[RuleResult, ...]]
+
+_TRACE: list[Request] = []  # a worker's trace (``_load``)
+
+
+def run_all(
+    trace: Sequence[Request],
+    params: TraceParams,
+    runs: Sequence[Run],
+    *,
+    slots: Sequence[int],
+    engines: EngineSettings,
+    jobs: int,
+    progress: Progress | None = None,
+) -> tuple[Oracles, list[RuleResult]]:
+    """The oracles at ``slots``, and every run's result in the order of ``runs``.
+
+    ``trace`` is ``generate(params)``; ``jobs`` processes replay it (1: this one).
+    """
+    if jobs == 1:
+        return _in_turn(trace, runs, slots, engines, progress)
+    safe_fork = sys.platform == "linux" and threading.active_count() == 1
+    context = multiprocessing.get_context("fork" if safe_fork else "spawn")
+    with ProcessPoolExecutor(
+        min(jobs, len(runs) + 1), mp_context=context, initializer=_load, initargs=(params,)
+    ) as pool:
+        oracles = pool.submit(_oracles, tuple(slots))
+        replays = [pool.submit(_replay, run, engines) for run in runs]
+        try:
+            done = 0
+            for finished in as_completed(replays):
+                finished.result()  # a worker's error, raised here
+                done += len(trace)
+                if progress is not None:
+                    progress(done)
+            return oracles.result(), [future.result() for future in replays]
+        except BaseException:  # an error, or an interrupt: start no other replay
+            pool.shutdown(cancel_futures=True)
+            raise
+
+
+def _in_turn(
+    trace: Sequence[Request],
+    runs: Sequence[Run],
+    slots: Sequence[int],
+    engines: EngineSettings,
+    progress: Progress | None,
+) -> tuple[Oracles, list[RuleResult]]:
+    n = len(trace)
+
+    def report(base: int) -> Progress | None:
+        return None if progress is None else lambda done: progress(base + done)
+
+    bound = unlimited_bound(trace, report(0))  # the oracle's pass, and the clairvoyant's
+    results = [
+        replay(trace, rule, slots=count, eviction=eviction, engines=engines, progress=report(i * n))
+        for i, (count, rule, eviction) in enumerate(runs, start=1)
+    ]
+    plan = targets(trace, bound)
+    clairvoyant = tuple(
+        replay_clairvoyant(trace, plan, slots=count, progress=report(i * n))
+        for i, count in enumerate(slots, start=len(runs) + 1)
+    )
+    return (replay_oracle(trace, bound=bound), clairvoyant), results
+
+
+def _load(params: TraceParams) -> None:
+    """A worker's start: its own copy of the trace."""
+    _TRACE[:] = generate(params)
+
+
+def _oracles(slots: tuple[int, ...]) -> Oracles:
+    bound = unlimited_bound(_TRACE)
+    plan = targets(_TRACE, bound)
+    clairvoyant = tuple(replay_clairvoyant(_TRACE, plan, slots=count) for count in slots)
+    return replay_oracle(_TRACE, bound=bound), clairvoyant
+
+
+def _replay(run: Run, engines: EngineSettings) -> RuleResult:
+    count, rule, eviction = run
+    return replay(_TRACE, rule, slots=count, eviction=eviction, engines=engines)
