@@ -342,8 +342,17 @@ def test_replays_in_worker_processes_give_the_same_report(workload: str) -> None
     seen: list[tuple[int, int]] = []
     shared = simulate(attrs.evolve(options, jobs=3), lambda done, total: seen.append((done, total)))
     assert shared.to_dict() == simulate(options).to_dict()
-    assert [done for done, _ in seen] == sorted(done for done, _ in seen)  # never backwards
-    assert seen[-1] == (150 * 27, 150 * 27)  # 24 rule runs, the bound, 2 clairvoyant runs
+    # As each of the 24 rule replays finishes, then the bound and 2 clairvoyant runs.
+    assert seen == [(150 * n, 150 * 27) for n in (*range(1, 25), 27)]
+
+
+def test_in_one_process_progress_is_reported_request_by_request() -> None:
+    seen: list[int] = []
+    options = SimulationOptions(
+        params=small("chat", 600), slots=(4,), rules=("app",), evictions=("lru",), engines=ENGINES
+    )
+    simulate(options, lambda done, _: seen.append(done))
+    assert seen[:2] == [256, 512]  # the bound's pass, before any replay finished
 
 
 def test_spawned_workers_give_the_same_report_while_another_thread_runs(

@@ -15,6 +15,7 @@ SESSIONS_TESTS = ("tests/test_prefix_sessions.py",)
 TRACE = "_apps/prefix_sim/_trace.py"
 REQUESTS = "_apps/prefix_sim/_requests.py"
 SIMULATION_TESTS = ("tests/test_prefix_simulation.py",)
+WORKERS = "_apps/prefix_sim/_workers.py"
 
 
 def _x(name: str, module: str, original: str, replacement: str, **kw: str) -> Mutant:
@@ -301,6 +302,34 @@ PREFIX_MUTANTS: tuple[Mutant, ...] = (
         TRACE,
         "            if session in source.ended:\n",
         "            if True:\n",
+        SIMULATION_TESTS,
+    ),
+    mutant(
+        "workers_results_out_of_order",
+        WORKERS,
+        "return oracles.result(), [future.result() for future in replays]",
+        "return oracles.result(), [future.result() for future in reversed(replays)]",
+        SIMULATION_TESTS,
+    ),
+    mutant(
+        "workers_fork_beside_threads",
+        WORKERS,
+        'safe_fork = sys.platform == "linux" and threading.active_count() == 1',
+        'safe_fork = sys.platform == "linux"',
+        SIMULATION_TESTS,
+    ),
+    mutant(
+        "workers_one_job_ignored",  # always the pool: the per-request progress is lost
+        WORKERS,
+        "    if jobs == 1:\n",
+        "    if False:\n",
+        SIMULATION_TESTS,
+    ),
+    mutant(
+        "workers_progress_counts_nothing",
+        WORKERS,
+        "                done += len(trace)\n",
+        "",
         SIMULATION_TESTS,
     ),
     mutant(
