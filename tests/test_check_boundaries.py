@@ -28,7 +28,7 @@ from ssm_rollback import (
     snapshot_boundaries,
     snapshot_boundary_if_ssm,
 )
-from ssm_rollback._core.ring._ring import _BLOCK
+from ssm_rollback._core.ring._tickets import _BLOCK
 from ssm_rollback.backends.fake import FakeSnapshotPool
 from ssm_rollback.reserve import (
     DepthRule,

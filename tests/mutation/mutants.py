@@ -110,6 +110,7 @@ def _m(
     return Mutant(name, module, original, replacement, tests, select, equivalent)
 
 
+TICKETS = "_core/ring/_tickets.py"
 RING = "_core/ring/_ring.py"
 RING_ROWS = "_core/ring/_rows.py"
 ROLLBACK = "_core/rollback.py"
@@ -188,34 +189,34 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(
         "ring_ticket_is_position",
         RING,
-        "    ticket = _mint_ticket()\n",
+        "    ticket = mint_ticket()\n",
         "    ticket = token_position\n",
         RING_TESTS,
     ),
     _m(
         "ring_ticket_counter_per_ring",
         RING,
-        "    ticket = _mint_ticket()\n",
+        "    ticket = mint_ticket()\n",
         "    ticket = max(ring._tickets, default=0) + 1\n",
         RING_TESTS,
     ),
     _m(
         "ring_ticket_blocks_overlap",  # a step's block of tickets overlaps the next mint's
-        RING,
+        TICKETS,
         "_mint_ticket = itertools.count(_BLOCK, _BLOCK).__next__",
         "_mint_ticket = itertools.count(_BLOCK, 1).__next__",
         RING_TESTS,
     ),
     _m(
         "ring_ticket_blocks_floor",  # a batch of more than _BLOCK rows mints too few tickets
-        RING,
+        TICKETS,
         "blocks = [_mint_ticket() for _ in range(-(-count // _BLOCK))]",
         "blocks = [_mint_ticket() for _ in range(count // _BLOCK)]",
         RING_TESTS,
     ),
     _m(
         "ring_ticket_single_block_strict",
-        RING,
+        TICKETS,
         "    if count <= _BLOCK:\n",
         "    if count < _BLOCK:\n",
         RING_TESTS,

@@ -1,7 +1,8 @@
 """The SSM decode ring: which snapshot slot each boundary goes into (rules in ``_ring``).
 
 ``_ring`` holds ``SsmDecodeRing`` and its numbered rules, with the per-row
-entry points the planners use; ``_rows`` the batched record. Nothing outside
+entry points the planners use; ``_rows`` the batched record; ``_tickets``
+rule 10's process-wide counter. Nothing outside
 this package reads a ring's private fields.
 """
 
@@ -10,12 +11,12 @@ from __future__ import annotations
 from ._ring import (
     SsmDecodeRing,
     SsmRingEntry,
-    mint_ticket,
     newest_first,
     newest_position,
     record_ticketed,
 )
 from ._rows import RowNames, record_rows
+from ._tickets import mint_ticket
 
 __all__ = [
     "RowNames",

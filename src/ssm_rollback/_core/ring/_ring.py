@@ -67,37 +67,16 @@ from ..._errors import (
     UnknownSnapshotError,
     check_non_negative_int,
 )
+from ._tickets import mint_ticket
 
 __all__ = [
     "SsmDecodeRing",
     "SsmRingEntry",
-    "mint_ticket",
-    "mint_tickets",
     "newest_first",
     "newest_position",
     "record_ticketed",
     "refuse_order",
 ]
-
-# Rule 10: one counter for the process, so no two records anywhere share a
-# ticket. ``next`` on an ``itertools.count`` is atomic under the GIL. Each call
-# hands out a block of _BLOCK tickets: a single record uses the first, a
-# batch of rows uses one block per _BLOCK rows, so a step mints its tickets
-# with one call instead of one per row. Later calls give larger tickets, so a
-# ring's tickets still ascend with its positions.
-_BLOCK = 1 << 16
-_mint_ticket = itertools.count(_BLOCK, _BLOCK).__next__
-#: One fresh ticket, for the other places that hand out slots (the prefix index).
-mint_ticket = _mint_ticket
-
-
-def mint_tickets(count: int) -> range | list[int]:
-    """``count`` fresh tickets, ascending."""
-    if count <= _BLOCK:
-        first = _mint_ticket()
-        return range(first, first + count)
-    blocks = [_mint_ticket() for _ in range(-(-count // _BLOCK))]
-    return [block + i for block in blocks for i in range(_BLOCK)][:count]
 
 
 def _non_negative_int(_instance: object, attribute: attrs.Attribute[int], value: int) -> None:
@@ -360,7 +339,7 @@ def record_ticketed(ring: SsmDecodeRing, token_position: int) -> tuple[int, int]
     slot = ring._cursor
     ring._cursor = slot + 1 if slot + 1 < capacity else 0
     ring._newest = token_position
-    ticket = _mint_ticket()
+    ticket = mint_ticket()
     # Rule 5: the slot's owner, whoever it is, is overwritten with it.
     try:
         ring._positions[slot] = token_position

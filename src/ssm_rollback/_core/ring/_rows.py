@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ..._errors import OutOfOrderError
-from ._ring import SsmDecodeRing, mint_tickets, refuse_order
+from ._ring import SsmDecodeRing, refuse_order
+from ._tickets import mint_tickets
 
 __all__ = ["RowNames", "record_rows"]
 
