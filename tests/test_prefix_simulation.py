@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import statistics
+import subprocess
 import sys
 import threading
 from collections import Counter
@@ -342,8 +343,10 @@ def test_replays_in_worker_processes_give_the_same_report(workload: str) -> None
     seen: list[tuple[int, int]] = []
     shared = simulate(attrs.evolve(options, jobs=3), lambda done, total: seen.append((done, total)))
     assert shared.to_dict() == simulate(options).to_dict()
-    # As each of the 24 rule replays finishes, then the bound and 2 clairvoyant runs.
-    assert seen == [(150 * n, 150 * 27) for n in (*range(1, 25), 27)]
+    # As each replay finishes: 24 rule replays, then the bound and 2 clairvoyant runs together.
+    done = [d for d, total in seen if total == 150 * 27]
+    steps = Counter(b - a for a, b in zip([0, *done], done, strict=False))
+    assert steps == Counter({150: 24, 150 * 3: 1, 0: 1})  # 0: the final report, repeated
 
 
 def test_in_one_process_progress_is_reported_request_by_request() -> None:
@@ -394,6 +397,34 @@ def test_an_error_in_a_worker_is_raised_to_the_caller(monkeypatch: pytest.Monkey
     options = SimulationOptions(params=small("chat", 40), slots=(4,), engines=ENGINES, jobs=2)
     with pytest.raises(InvalidArgumentError, match="broken on purpose"):
         simulate(options)
+
+
+def test_an_error_in_a_worker_terminates_the_others() -> None:
+    """One replay raises while another never returns: the caller gets the error at once.
+
+    In a process of its own (a hang fails at the timeout instead of stalling the suite).
+    """
+    code = """
+import threading
+from ssm_rollback._apps.prefix_sim import SimulationOptions, TraceParams, _workers, simulate
+
+def replay(trace, rule, **_):
+    if rule == "app":
+        raise ValueError("broken on purpose")
+    threading.Event().wait()  # never returns: only terminating its worker ends it
+
+_workers.replay = replay
+params = TraceParams.default("chat", requests=20)
+try:
+    simulate(SimulationOptions(params=params, slots=(4,), rules=("app", "llamacpp"), jobs=3))
+except ValueError as error:
+    print("raised:", error)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "raised: broken on purpose\n"
 
 
 def test_plot_writes_a_png(tmp_path: Path) -> None:

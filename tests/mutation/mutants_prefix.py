@@ -307,8 +307,8 @@ PREFIX_MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "workers_results_out_of_order",
         WORKERS,
-        "return oracles.result(), [future.result() for future in replays]",
-        "return oracles.result(), [future.result() for future in reversed(replays)]",
+        "return oracles, [results[index] for index in range(len(runs))]",
+        "return oracles, [results[index] for index in reversed(range(len(runs)))]",
         SIMULATION_TESTS,
     ),
     mutant(

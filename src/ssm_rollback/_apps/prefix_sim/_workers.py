@@ -9,17 +9,19 @@ runs no other thread (nothing is imported again); else spawned, so another
 thread is never copied holding a lock (a spawned worker imports the
 caller's main module again, which then needs its ``if __name__ ==
 "__main__":`` guard, as for any spawned pool). In turn, progress is
-reported request by request; in workers, as each rule replay finishes.
+reported request by request; in workers, as each replay finishes. An
+error in a worker, or an interrupt, terminates every worker at once.
 """
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 
+from ..._errors import InvariantError
 from ...prefix import Eviction
 from ._clairvoyant import replay_clairvoyant, targets
 from ._oracle import unlimited_bound
@@ -59,22 +61,24 @@ def run_all(
         return _in_turn(trace, runs, slots, engines, progress)
     safe_fork = sys.platform == "linux" and threading.active_count() == 1
     context = multiprocessing.get_context("fork" if safe_fork else "spawn")
-    with ProcessPoolExecutor(
-        min(jobs, len(runs) + 1), mp_context=context, initializer=_load, initargs=(params,)
-    ) as pool:
-        oracles = pool.submit(_oracles, tuple(slots))
-        replays = [pool.submit(_replay, run, engines) for run in runs]
-        try:
-            done = 0
-            for finished in as_completed(replays):
-                finished.result()  # a worker's error, raised here
+    task = functools.partial(_task, slots=tuple(slots), engines=engines)
+    oracles: Oracles | None = None
+    results: dict[int, RuleResult] = {}
+    done = 0
+    # Leaving the pool terminates its workers: an error or an interrupt stops every replay.
+    with context.Pool(min(jobs, len(runs) + 1), initializer=_load, initargs=(params,)) as pool:
+        for index, value in pool.imap_unordered(task, [(-1, None), *enumerate(runs)]):
+            if isinstance(value, RuleResult):
+                results[index] = value
                 done += len(trace)
-                if progress is not None:
-                    progress(done)
-            return oracles.result(), [future.result() for future in replays]
-        except BaseException:  # an error, or an interrupt: start no other replay
-            pool.shutdown(cancel_futures=True)
-            raise
+            else:
+                oracles = value
+                done += len(trace) * (1 + len(slots))
+            if progress is not None:
+                progress(done)
+    if oracles is None or len(results) != len(runs):
+        raise InvariantError("a worker's replay came back twice or not at all")
+    return oracles, [results[index] for index in range(len(runs))]
 
 
 def _in_turn(
@@ -107,13 +111,15 @@ def _load(params: TraceParams) -> None:
     _TRACE[:] = generate(params)
 
 
-def _oracles(slots: tuple[int, ...]) -> Oracles:
-    bound = unlimited_bound(_TRACE)
-    plan = targets(_TRACE, bound)
-    clairvoyant = tuple(replay_clairvoyant(_TRACE, plan, slots=count) for count in slots)
-    return replay_oracle(_TRACE, bound=bound), clairvoyant
-
-
-def _replay(run: Run, engines: EngineSettings) -> RuleResult:
+def _task(
+    item: tuple[int, Run | None], *, slots: tuple[int, ...], engines: EngineSettings
+) -> tuple[int, RuleResult | Oracles]:
+    """In a worker: the oracles (``(-1, None)``), or the rule replay ``(index, run)``."""
+    index, run = item
+    if run is None:
+        bound = unlimited_bound(_TRACE)
+        plan = targets(_TRACE, bound)
+        clairvoyant = tuple(replay_clairvoyant(_TRACE, plan, slots=count) for count in slots)
+        return index, (replay_oracle(_TRACE, bound=bound), clairvoyant)
     count, rule, eviction = run
-    return replay(_TRACE, rule, slots=count, eviction=eviction, engines=engines)
+    return index, replay(_TRACE, rule, slots=count, eviction=eviction, engines=engines)
