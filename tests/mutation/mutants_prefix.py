@@ -328,7 +328,7 @@ PREFIX_MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "workers_progress_counts_nothing",
         WORKERS,
-        "                done += len(trace)\n",
+        "                    done += len(trace)\n",
         "",
         SIMULATION_TESTS,
     ),

@@ -9,8 +9,9 @@ runs no other thread (nothing is imported again); else spawned, so another
 thread is never copied holding a lock (a spawned worker imports the
 caller's main module again, which then needs its ``if __name__ ==
 "__main__":`` guard, as for any spawned pool). In turn, progress is
-reported request by request; in workers, as each replay finishes. An
-error in a worker, or an interrupt, terminates every worker at once.
+reported request by request; in workers, as each replay finishes. After
+an error in a worker, or an interrupt, no further replay starts; those
+running finish first (an interrupt from a terminal stops the workers too).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import multiprocessing
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 
 from ..._errors import InvariantError
 from ...prefix import Eviction
@@ -65,17 +67,24 @@ def run_all(
     oracles: Oracles | None = None
     results: dict[int, RuleResult] = {}
     done = 0
-    # Leaving the pool terminates its workers: an error or an interrupt stops every replay.
-    with context.Pool(min(jobs, len(runs) + 1), initializer=_load, initargs=(params,)) as pool:
-        for index, value in pool.imap_unordered(task, [(-1, None), *enumerate(runs)]):
-            if isinstance(value, RuleResult):
-                results[index] = value
-                done += len(trace)
-            else:
-                oracles = value
-                done += len(trace) * (1 + len(slots))
-            if progress is not None:
-                progress(done)
+    with ProcessPoolExecutor(
+        min(jobs, len(runs) + 1), mp_context=context, initializer=_load, initargs=(params,)
+    ) as pool:
+        futures = [pool.submit(task, item) for item in [(-1, None), *enumerate(runs)]]
+        try:
+            for future in as_completed(futures):
+                index, value = future.result()  # a worker's error, raised here
+                if isinstance(value, RuleResult):
+                    results[index] = value
+                    done += len(trace)
+                else:
+                    oracles = value
+                    done += len(trace) * (1 + len(slots))
+                if progress is not None:
+                    progress(done)
+        except BaseException:  # an error or an interrupt: no replay starts after it
+            pool.shutdown(cancel_futures=True)
+            raise
     if oracles is None or len(results) != len(runs):
         raise InvariantError("a worker's replay came back twice or not at all")
     return oracles, [results[index] for index in range(len(runs))]
