@@ -11,7 +11,7 @@ caller's main module again, which then needs its ``if __name__ ==
 "__main__":`` guard, as for any spawned pool). In turn, progress is
 reported request by request; in workers, as each replay finishes. After
 an error in a worker, or an interrupt, no further replay starts; those
-running finish first (an interrupt from a terminal stops the workers too).
+running finish first.
 """
 
 from __future__ import annotations
