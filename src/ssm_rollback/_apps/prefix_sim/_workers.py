@@ -26,7 +26,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from ..._errors import InvariantError
 from ...prefix import Eviction
 from ._clairvoyant import replay_clairvoyant, targets
-from ._oracle import unlimited_bound
+from ._oracle import Bound, unlimited_bound
 from ._params import TraceParams
 from ._replay import RuleResult, replay, replay_oracle
 from ._requests import Request
@@ -107,12 +107,24 @@ def _in_turn(
         replay(trace, rule, slots=count, eviction=eviction, engines=engines, progress=report(i * n))
         for i, (count, rule, eviction) in enumerate(runs, start=1)
     ]
+    oracles = _oracles(trace, slots, bound, lambda i: report((len(runs) + 1 + i) * n))
+    return oracles, results
+
+
+def _oracles(
+    trace: Sequence[Request],
+    slots: Sequence[int],
+    bound: Bound,
+    report: Callable[[int], Progress | None] = lambda _: None,
+) -> Oracles:
+    """The unlimited bound's result and the clairvoyant oracle's at each of ``slots`` (the
+    ``i``-th reporting its progress to ``report(i)``), from the bound's pass."""
     plan = targets(trace, bound)
     clairvoyant = tuple(
-        replay_clairvoyant(trace, plan, slots=count, progress=report(i * n))
-        for i, count in enumerate(slots, start=len(runs) + 1)
+        replay_clairvoyant(trace, plan, slots=count, progress=report(i))
+        for i, count in enumerate(slots)
     )
-    return (replay_oracle(trace, bound=bound), clairvoyant), results
+    return replay_oracle(trace, bound=bound), clairvoyant
 
 
 def _load(params: TraceParams) -> None:
@@ -126,9 +138,6 @@ def _task(
     """In a worker: the oracles (``(-1, None)``), or the rule replay ``(index, run)``."""
     index, run = item
     if run is None:
-        bound = unlimited_bound(_TRACE)
-        plan = targets(_TRACE, bound)
-        clairvoyant = tuple(replay_clairvoyant(_TRACE, plan, slots=count) for count in slots)
-        return index, (replay_oracle(_TRACE, bound=bound), clairvoyant)
+        return index, _oracles(_TRACE, slots, unlimited_bound(_TRACE))
     count, rule, eviction = run
     return index, replay(_TRACE, rule, slots=count, eviction=eviction, engines=engines)
