@@ -271,6 +271,15 @@ class PrefixIndexMachine(RuleBasedStateMachine):
             (len(e.tokens), e.slot, e.tokens) for e in self.ref.entries
         }
         assert attrs.asdict(self.index.stats) == self.ref.stats
+        if self.ref.eviction == "benefit":  # the order itself, not only the victims it picks
+            order = self.index._order
+            assert (order._branch_hits, order._interiors) == (
+                self.ref.branch_hits,
+                self.ref.interiors,
+            )
+            assert {s: order.key(live)[1] for s, live in self.index._by_slot.items()} == {
+                e.slot: self.ref.priority(e) for e in self.ref.entries
+            }
 
 
 TestPrefixIndexMachine = PrefixIndexMachine.TestCase
@@ -546,6 +555,31 @@ def test_benefit_values_a_first_use_by_the_rate_of_hits_at_a_branch() -> None:
         index.release(plan)
     _agent_step(index)
     assert sorted(e.length for e in index.entries()) == [2, 3, 5, 8, 30]
+    index.check_valid()
+
+
+def test_a_prefix_that_gives_all_its_kids_to_a_new_entry_is_not_extended_again() -> None:
+    """A prefix that gives all its kids to an entry placed under them still has kids.
+
+    Publishing 2, 5 and then 3 tokens of one list extends only 3 (which 5
+    extends now): 2 stayed extended. Counting 2 a second time halved its
+    first use (rule 7), and the equally valuable, older root [9] stayed
+    where it should have gone.
+    """
+    index = PrefixSnapshotIndex(4, eviction="benefit")
+    long = [1, 2, 3, 4, 5, 6]
+    index.publish(0, [9, 9], 1)  # a root worth 1 x 16, used first
+    for length in (2, 5, 3):
+        index.publish(0, long, length)
+    index.discard(next(e for e in index.entries() if e.length == 3))
+    index.publish(0, [7, 7, 7, 7], 3)  # the last free slot
+    index.publish(0, [6, 6], 1)  # full: the least valuable goes, the older on a tie
+    assert sorted(index.tokens_of(e) for e in index.entries()) == [
+        (1, 2),  # 2 tokens x a first use of 8/16 (Laplace: no hit at a branch, 1 extended)
+        (1, 2, 3, 4, 5),
+        (6,),
+        (7, 7, 7),
+    ]
     index.check_valid()
 
 

@@ -376,6 +376,13 @@ PREFIX_MUTANTS: tuple[Mutant, ...] = (
         "            self._extended(parent)\n",
     ),
     _x(
+        "index_parent_extended_again_after_its_kids_move",
+        EVICTION,
+        "            self.file(kid)\n        live.parent = parent\n",
+        "            self.file(kid)\n        live.parent = parent\n"
+        "        first_kid = parent is not None and not parent.kids\n",
+    ),
+    _x(
         "index_branch_hits_not_counted",
         EVICTION,
         "        self._branch_hits += 1\n",

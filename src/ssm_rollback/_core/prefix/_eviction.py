@@ -178,13 +178,14 @@ class EvictionOrder:
         """File a new entry under ``parent`` (the longest live entry it extends); the entries
         ``nearest_above`` it, filed under ``parent`` until now, go under it."""
         siblings = self.roots if parent is None else parent.kids
+        # Before its kids move: a parent that gives all of them to ``live`` had kids already.
+        first_kid = parent is not None and not parent.kids
         for kid in nearest_above:  # their margin shrinks (rule 7)
             del siblings[kid.entry.slot]
             kid.parent = live
             live.kids[kid.entry.slot] = kid
             self.file(kid)
         live.parent = parent
-        first_kid = parent is not None and not parent.kids
         siblings[live.entry.slot] = live
         if live.kids:  # placed between an entry and its kids
             self._extended(live)
