@@ -17,6 +17,7 @@ from ssm_rollback import (
     Effect,
     InvalidArgumentError,
     OutOfOrderError,
+    PrefixSnapshotIndex,
     SaveBatch,
     SsmDecodeRing,
     SsmSnapshotRestore,
@@ -125,6 +126,44 @@ def test_a_zero_d_array_is_no_column() -> None:
             in_thinking=[False],
         )
     assert rings[0].entries == ()
+
+
+@pytest.mark.parametrize("library", ["numpy", "torch"])
+def test_an_array_of_two_dimensions_is_no_column(library: str) -> None:
+    """An ``(n, 1)`` array's dtype says nothing about its ``tolist()``'s elements.
+
+    A bool tensor of shape (2, 1) lists ``[[True], [False]]``: read as a
+    column of flags by its dtype, both rows were boundaries (``[False]`` is
+    truthy) and row 1 recorded a snapshot it was never asked for. An int
+    array of that shape raised ``TypeError`` from comparing a list with 0.
+    """
+    make = np.array if library == "numpy" else pytest.importorskip("torch").tensor
+    rings = [SsmDecodeRing(2), SsmDecodeRing(2)]
+    with pytest.raises(
+        InvalidArgumentError, match=r"'is_boundary' must be one-dimensional.*\(2, 1\)"
+    ):
+        snapshot_boundaries(
+            rings, positions=[1, 1], is_boundary=make([[True], [False]]), in_thinking=[False, False]
+        )
+    with pytest.raises(InvalidArgumentError, match="'positions' must be one-dimensional"):
+        snapshot_boundaries(
+            rings, positions=make([[1], [1]]), is_boundary=[True, False], in_thinking=[False, False]
+        )
+    assert [ring.entries for ring in rings] == [(), ()]
+    with pytest.raises(InvalidArgumentError, match="'seqs' must be one-dimensional"):
+        SaveBatch(make([[0], [1]]), [0, 0], [1, 1], [1, 2])
+    index = PrefixSnapshotIndex(2)
+    input_ids = make([[5, 6, 7, 8]])  # a batch of one prompt, as a tokenizer returns it
+    with pytest.raises(InvalidArgumentError, match=r"'tokens' must be one-dimensional.*\(1, 4\)"):
+        index.publish(0, input_ids, 2)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="'tokens' must be one-dimensional"):
+        index.plan_prefill(0, input_ids, publish_at=[2])  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="'tokens' must be one-dimensional"):
+        index.match(input_ids)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="'publish_at' must be one-dimensional"):
+        index.plan_prefill(0, [5, 6, 7, 8], publish_at=input_ids[:, :1])  # type: ignore[arg-type]
+    assert (len(index), index.stats.misses) == (0, 0)
+    index.check_valid()
 
 
 def test_a_save_batch_column_generator_that_raises_is_named() -> None:

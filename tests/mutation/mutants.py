@@ -1011,6 +1011,20 @@ MUTANTS: tuple[Mutant, ...] = (
         BATCHED_TESTS,
     ),
     _m(
+        "batch_flags_of_two_dimensions_read_by_dtype",
+        COLUMNS,
+        '    _one_dimensional(name, values)\n    column, known = as_list(name, values, "bools")\n',
+        '    column, known = as_list(name, values, "bools")\n',
+        (*BATCHED_TESTS, "tests/test_fail_closed.py"),
+    ),
+    _m(
+        "batch_columns_of_two_dimensions_read_by_dtype",
+        COLUMNS,
+        '    if shape is not None and hasattr(values, "tolist") and len(shape) > 1:',
+        "    if False:",
+        (*BATCHED_TESTS, "tests/test_fail_closed.py"),
+    ),
+    _m(
         "batch_flags_values_unchecked",
         COLUMNS,
         "not (types <= {bool, int} and set(column) <= {0, 1})",

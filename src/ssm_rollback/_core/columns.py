@@ -53,8 +53,21 @@ def as_list(name: str, values: object, what: str = "values") -> tuple[list[objec
     return values, known
 
 
+def _one_dimensional(name: str, values: object) -> None:
+    """Refuse an array of two or more dimensions: its dtype says nothing about the elements
+    of its ``tolist()`` (an ``(n, 1)`` bool tensor lists ``[False]``, which is truthy). A 0-d
+    one is no sequence (``as_list``)."""
+    shape = getattr(values, "shape", None)
+    if shape is not None and hasattr(values, "tolist") and len(shape) > 1:
+        raise InvalidArgumentError(
+            f"'{name}' must be one-dimensional, one element per entry, got an array of shape "
+            f"{tuple(shape)}"
+        )
+
+
 def int_column(name: str, values: object, *, least: int = 0) -> list[int]:
     """``values`` as a list of ints ``>= least`` (``least`` is 0 or -1); else raise naming it."""
+    _one_dimensional(name, values)
     column, known = as_list(name, values, f"ints >= {least}")
     # C-speed checks (none per element for an integer array); the element loop
     # runs only to name a bad one.
@@ -72,6 +85,7 @@ def int_column(name: str, values: object, *, least: int = 0) -> list[int]:
 def flag_column(name: str, values: object) -> list[object]:
     """``values`` as a list of bools (or 0 and 1: ``array.array`` and some integer tensors
     cannot hold bools); anything else raises naming the element."""
+    _one_dimensional(name, values)
     column, known = as_list(name, values, "bools")
     if known is bool:
         return column

@@ -151,7 +151,8 @@ class PrefixSnapshotIndex:
 
         Rules 2 and 3: exact token ids, ``length <= len(tokens) - 1``.
         """
-        found = self._trie.longest(_token_list(tokens), len(tokens) - 1) if self._by_slot else None
+        token_list = _token_list(tokens)  # checked even where nothing is live to match
+        found = self._trie.longest(token_list, len(token_list) - 1) if self._by_slot else None
         return None if found is None else found.entry
 
     def plan_prefill(
