@@ -96,14 +96,18 @@ PREFIX_MUTANTS: tuple[Mutant, ...] = (
     _x(
         "index_match_leaves_no_token",  # rule 3
         INDEX,
-        "found = self._trie.longest(_token_list(tokens), len(tokens) - 1) if self._by_slot else None",
-        "found = self._trie.longest(_token_list(tokens), len(tokens)) if self._by_slot else None",
+        "nothing is live to match\n"
+        "        found = self._trie.longest(token_list, len(token_list) - 1) if self._by_slot else None",
+        "nothing is live to match\n"
+        "        found = self._trie.longest(token_list, len(token_list)) if self._by_slot else None",
     ),
     _x(
         "index_plan_leaves_no_token",
         INDEX,
-        "found = self._trie.longest(token_list, len(token_list) - 1) if self._by_slot else None",
-        "found = self._trie.longest(token_list, len(token_list)) if self._by_slot else None",
+        "found = self._trie.longest(token_list, len(token_list) - 1) if self._by_slot else None\n"
+        "        pinned: list[Live] = []",
+        "found = self._trie.longest(token_list, len(token_list)) if self._by_slot else None\n"
+        "        pinned: list[Live] = []",
     ),
     _x(
         "index_publish_at_bound_inclusive",
