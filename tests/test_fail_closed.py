@@ -71,7 +71,7 @@ def test_a_verify_batch_whose_second_row_shares_the_first_rows_ring_changes_noth
     """Before, the first row's record stayed when the second raised: (1,) -> (1, 6)."""
     shared = SsmDecodeRing(4)
     shared.record(1)
-    with pytest.raises(OutOfOrderError, match="same ring earlier in this step"):
+    with pytest.raises(OutOfOrderError, match="row 0's, on the same ring earlier in this step"):
         commit_verified_batch(
             [shared, shared],
             first_positions=[6, 3],
@@ -91,6 +91,29 @@ class _Failing(Mapping[int, SsmDecodeRing]):
 
     def __len__(self) -> int:
         return 2
+
+
+def test_a_verify_batch_row_behind_an_earlier_rows_snapshot_on_a_shared_ring_is_refused() -> None:
+    """Row 1 feeds from 5 after row 0 recorded 10 on the same ring: the per-row calls in that
+    order refuse it (SPEC 15), and so does the batch now; it passed, recording nothing for
+    row 1, because only row 0 recorded a boundary for the ring to refuse."""
+    shared = SsmDecodeRing(4)
+    arguments = {
+        "first_positions": [10, 5],
+        "accepted": [0, 0],
+        "is_boundary": [[True], [False]],
+        "in_thinking": [[False], [False]],
+    }
+    with pytest.raises(OutOfOrderError, match=r"'first_positions\[1\]' must not lie behind.* 10"):
+        commit_verified_batch([shared, shared], **arguments)  # type: ignore[arg-type]
+    assert shared.entries == ()
+    commit_verified(
+        shared, seq=0, first_position=10, accepted=0, is_boundary=[True], in_thinking=[False]
+    )
+    with pytest.raises(OutOfOrderError, match="'first_position' must not lie behind"):
+        commit_verified(
+            shared, seq=1, first_position=5, accepted=0, is_boundary=[False], in_thinking=[False]
+        )
 
 
 @pytest.mark.parametrize("rings", [None, {SsmDecodeRing(2)}, 3, _Failing()])

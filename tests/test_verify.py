@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from ssm_rollback import (
     InvalidArgumentError,
@@ -269,3 +271,68 @@ def test_a_replay_is_needed_for_a_save_before_the_end_even_with_every_draft_acce
     assert plan.accepted == plan.fed - 1
     assert [s.token_position for s in plan.saves] == [5]
     assert plan.replay_needed
+
+
+@st.composite
+def _shared_ring_steps(draw: st.DrawFn) -> tuple[list[int], list[tuple[int, int, list[bool]]]]:
+    """Rows of one verify step, each on ring 0 or 1: (first, accepted, boundary flags)."""
+    n = draw(st.integers(1, 4))
+    owners = draw(st.lists(st.integers(0, 1), min_size=n, max_size=n))
+    steps = []
+    for _ in range(n):
+        flags = draw(st.lists(st.booleans(), min_size=1, max_size=3))
+        steps.append((draw(st.integers(1, 12)), draw(st.integers(0, len(flags) - 1)), flags))
+    return owners, steps
+
+
+@given(
+    capacity=st.integers(0, 3),
+    recorded=st.lists(st.integers(1, 8), max_size=2, unique=True).map(sorted),
+    step=_shared_ring_steps(),
+)
+def test_a_verify_batch_on_shared_rings_does_what_the_per_row_calls_do_or_nothing(
+    capacity: int, recorded: list[int], step: tuple[list[int], list[tuple[int, int, list[bool]]]]
+) -> None:
+    """SPEC 15: rows sharing a ring, in row order, as the per-row calls would run; a refusal
+    is theirs (the same error) and changes no ring."""
+    owners, steps = step
+
+    def rings() -> list[SsmDecodeRing]:
+        made = [SsmDecodeRing(capacity) for _ in range(2)]
+        for ring in made:
+            for position in recorded:
+                ring.record(position)
+        return made
+
+    per_row, batched = rings(), rings()
+    expected: type[Exception] | None = None
+    for seq, (ring, (first, accepted, flags)) in enumerate(zip(owners, steps, strict=True)):
+        try:
+            commit_verified(
+                per_row[ring],
+                seq=seq,
+                first_position=first,
+                accepted=accepted,
+                is_boundary=flags,
+                in_thinking=[False] * len(flags),
+            )
+        except OutOfOrderError as error:
+            expected = type(error)
+            break
+    before = [ring.snapshot_positions() for ring in batched]
+    arguments = {
+        "first_positions": [first for first, _, _ in steps],
+        "accepted": [accepted for _, accepted, _ in steps],
+        "is_boundary": [flags for _, _, flags in steps],
+        "in_thinking": [[False] * len(flags) for _, _, flags in steps],
+    }
+    mapping = dict(enumerate(batched[ring] for ring in owners))
+    if expected is not None:
+        with pytest.raises(expected):
+            commit_verified_batch(mapping, **arguments)  # type: ignore[arg-type]
+        assert [ring.snapshot_positions() for ring in batched] == before
+    else:
+        commit_verified_batch(mapping, **arguments)  # type: ignore[arg-type]
+        assert [r.snapshot_positions() for r in batched] == [
+            r.snapshot_positions() for r in per_row
+        ]

@@ -118,7 +118,11 @@ def _check_row(
     accepted: object,
     is_boundary: object,
     in_thinking: object,
+    earlier: tuple[int, int] | None = None,
 ) -> _Checked:
+    """One row checked; ``earlier``: the newest position the batch's earlier rows record on
+    its ring, and the last of those rows (``None``: none do)."""
+
     def name(single: str, column: str) -> str:
         return single if index is None else f"{column}{index}"
 
@@ -133,12 +137,14 @@ def _check_row(
             f"'{name('accepted', 'accepted')}' must be at most the {len(boundary) - 1} drafts "
             f"fed, got {n}"
         )
-    newest = newest_position(ring)
+    newest, whose = newest_position(ring), ""
+    if earlier is not None:
+        newest, whose = earlier[0], f" (row {earlier[1]}'s, on the same ring earlier in this step)"
     if first < newest and ring.is_enabled:
         raise OutOfOrderError(
             f"'{name('first_position', 'first_positions')}' must not lie behind the ring's newest "
-            f"live snapshot position {newest}, got {first}: the step would recompute state the "
-            f"ring already holds; truncate_after() the ring after a rollback"
+            f"live snapshot position {newest}{whose}, got {first}: the step would recompute state "
+            f"the ring already holds; truncate_after() the ring after a rollback"
         )
     chosen = [j for j in range(n + 1) if boundary[j] and not thinking[j]]
     return _Checked(ring, row, first, n, len(boundary), chosen)
@@ -268,18 +274,23 @@ def commit_verified_batch(
         raise InvalidArgumentError(f"'rows' must name each row once, got {row_list}")
     ring_list = rings_for(rings, row_list, in_order=rows is None)
     checked = []
+    # Rows sharing a ring: each is checked against what the earlier ones record there, as
+    # the per-row calls in this order would be (SPEC 15).
+    newest: dict[int, tuple[int, int]] = {}
     for r in range(count):
-        checked.append(
-            _check_row(
-                ring_list[r],
-                f"[{r}]",
-                row_list[r],
-                columns["first_positions"][r],
-                columns["accepted"][r],
-                columns["is_boundary"][r],
-                columns["in_thinking"][r],
-            )
+        row = _check_row(
+            ring_list[r],
+            f"[{r}]",
+            row_list[r],
+            columns["first_positions"][r],
+            columns["accepted"][r],
+            columns["is_boundary"][r],
+            columns["in_thinking"][r],
+            newest.get(id(ring_list[r])),
         )
+        if row.boundaries:
+            newest[id(row.ring)] = (row.first + row.boundaries[-1], row.seq)
+        checked.append(row)
     plans = tuple(_commit(checked, single=False))
     saves = [save for plan in plans for save in plan.saves]
     batch = SaveBatch._trusted(
