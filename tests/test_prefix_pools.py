@@ -425,6 +425,34 @@ def test_a_shared_save_whose_entry_was_evicted_before_it_ran_is_left_out() -> No
     assert index.match([*range(5), 99]) is None
 
 
+def test_a_shared_save_another_index_placed_is_refused_not_left_out() -> None:
+    """Given the wrong index, every save looked superseded: left out, copied nowhere, and
+    the call said ok while the right index kept an entry whose slot was never written."""
+    index, other = PrefixSnapshotIndex(2), PrefixSnapshotIndex(2)
+    pool = FakeSnapshotPool(1, 1, shared_slots=2)
+    pool.live = ["row 0 after 2"]
+    plan = index.plan_prefill(0, [1, 2, 3, 4], publish_at=[2])
+    with pytest.raises(InvalidArgumentError, match=r"'effects\[0\]' .* 'prefix_index' placed"):
+        apply_effects(pool, [SsmPrefixSave(0, 1, 2, 5), *plan.saves], [], prefix_index=other)
+    assert pool.stored_shared_ticket(plan.saves[0].slot) is None  # nothing copied
+    assert apply_effects(pool, plan.saves, [], prefix_index=index).ok
+
+
+def test_a_save_applied_long_after_its_entry_left_is_refused() -> None:
+    """The index remembers the last 64 x capacity (at least 16) entries that left; a save of
+    one that left before those is refused, not taken for another index's without a word."""
+    index = PrefixSnapshotIndex(1)
+    pool = FakeSnapshotPool(1, 1, shared_slots=1)
+    stale = index.publish(0, [1, 2, 3], 2)
+    assert stale is not None
+    for n in range(64 * 16):
+        index.publish(0, [9, n, 9], 2)  # each evicts the one before
+    apply_effects(pool, [stale], [], prefix_index=index)  # left lately: left out
+    index.publish(0, [8, 8, 8], 2)
+    with pytest.raises(InvalidArgumentError, match="left long ago"):
+        apply_effects(pool, [stale], [], prefix_index=index)
+
+
 def test_several_rows_restore_one_shared_slot_in_one_call() -> None:
     """Sharing a prefix is several rows reading one shared slot: restores are not writes."""
     index = PrefixSnapshotIndex(1)

@@ -25,7 +25,7 @@ from typing import cast
 from .._core.effect_dict import Effect, SsmPrefixSave, SsmSnapshotSave
 from .._core.prefix import PrefixSnapshotIndex
 from .._core.ring import SsmDecodeRing
-from .._errors import InvalidArgumentTypeError
+from .._errors import InvalidArgumentError, InvalidArgumentTypeError
 from ._base import TaggedPool
 from ._batch_values import CheckedRestores, CheckedSaves
 from ._protocols import (
@@ -90,8 +90,10 @@ def apply_effects(
     ``rings[save.seq]``, and a shared save that fails from ``prefix_index``
     (when given), so nothing points at a slot that was not written; a
     restore that needed it then raises ``StaleSnapshotError`` when its batch
-    comes, after the batches before it were applied. Returns every failed
-    save (``failed``) and shared save (``failed_shared``).
+    comes, after the batches before it were applied. With ``prefix_index``,
+    a shared save whose entry left the index before the call is left out
+    (superseded), and one the index never placed is refused. Returns every
+    failed save (``failed``) and shared save (``failed_shared``).
     """
     # A pool built on PoolBase checks against its own SlotTags and copies
     # what they checked: each batch is checked here, once, and trusted there.
@@ -173,6 +175,14 @@ def _without_superseded(runs: list[Run], index: PrefixSnapshotIndex) -> list[Run
             live = {entry.slot: entry.ticket for entry in index.entries()}
         kept = [k for k, s in enumerate(run.shared_saves) if live.get(s.slot) == s.ticket]
         if len(kept) != len(run.shared_saves):
+            for k in set(range(len(run.shared_saves))).difference(kept):
+                save = run.shared_saves[k]
+                if not index._left_lately(save.ticket):  # no entry of it here, live or left
+                    raise InvalidArgumentError(
+                        f"'{run.names().of(k)}' ({save!r}) must be a save that 'prefix_index' "
+                        f"placed, got one it holds no entry of, live or left lately: another "
+                        f"index's, or one whose entry left long ago"
+                    )
             run.keep_shared_saves(kept)
     return [run for run in runs if not run.empty()]
 

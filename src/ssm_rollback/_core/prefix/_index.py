@@ -66,7 +66,7 @@ The order rules 7 and 9 evict in is ``_eviction.EvictionOrder``'s.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import final
+from typing import Final, final
 
 import attrs
 
@@ -79,6 +79,9 @@ from ._trie import Trie
 from ._values import PrefillChunk, PrefillPlan, PrefixEntry, PrefixHit, PrefixStats
 
 __all__ = ["EVICTIONS", "Eviction", "PrefixSnapshotIndex"]
+
+#: How many left entries per slot the index remembers, for a save applied after its entry left.
+GONE: Final = 64
 
 
 def _capacity(value: int) -> int:
@@ -103,6 +106,8 @@ class PrefixSnapshotIndex:
     _plans: dict[int, tuple[Live, ...]] = attrs.field(init=False, factory=dict)
     _order: EvictionOrder = attrs.field(init=False)  # rules 7 and 9
     _stats: dict[str, int] = attrs.field(init=False)
+    #: The tickets of the entries that left lately, oldest first (``_left_lately``).
+    _gone: dict[int, None] = attrs.field(init=False, factory=dict)
 
     def __attrs_post_init__(self) -> None:
         if self._eviction not in EVICTIONS:
@@ -323,6 +328,15 @@ class PrefixSnapshotIndex:
         self._free.append(live.entry.slot)
         self._free.sort(reverse=True)
         live.pins = 0
+        self._gone[live.entry.ticket] = None
+        if len(self._gone) > GONE * max(self._capacity, 16):
+            del self._gone[next(iter(self._gone))]
+
+    def _left_lately(self, ticket: int) -> bool:
+        """Whether the entry placed under ``ticket`` left this index (evicted or discarded)
+        among the last ``GONE`` x capacity (at least 16) that left: a save of it is superseded.
+        ``False`` for a live entry's, another index's, or one long gone."""
+        return ticket in self._gone
 
     def _live(self, entry: PrefixEntry) -> Live:
         live = self._by_slot.get(entry.slot) if type(entry) is PrefixEntry else None
