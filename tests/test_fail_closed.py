@@ -189,6 +189,34 @@ def test_an_array_of_two_dimensions_is_no_column(library: str) -> None:
     index.check_valid()
 
 
+def test_a_masked_array_is_checked_element_by_element_not_trusted_by_its_dtype() -> None:
+    """A numpy masked array lists ``None`` where it is masked, whatever its dtype says: as
+    ``in_thinking`` that row recorded a snapshot, as ``positions`` it raised ``TypeError``."""
+    rings = [SsmDecodeRing(2) for _ in range(3)]
+    masked = np.ma.array([True, True, True], mask=[False, True, False])
+    with pytest.raises(InvalidArgumentError, match=r"'in_thinking\[1\]' must be a bool"):
+        snapshot_boundaries(rings, positions=[5, 6, 7], is_boundary=[True] * 3, in_thinking=masked)
+    with pytest.raises(InvalidArgumentError, match=r"'positions\[1\]' must be an int >= 0"):
+        snapshot_boundaries(
+            rings,
+            positions=np.ma.array([5, 6, 7], mask=[False, True, False]),
+            is_boundary=[True] * 3,
+            in_thinking=[False] * 3,
+        )
+    assert [ring.entries for ring in rings] == [(), (), ()]
+
+
+def test_a_column_whose_tolist_raises_is_named() -> None:
+    torch = pytest.importorskip("torch")
+    meta = torch.empty(2, dtype=torch.int64, device="meta")  # no data to list
+    with pytest.raises(InvalidArgumentError, match=r"'positions' .*tolist\(\) raised"):
+        snapshot_boundaries(
+            [SsmDecodeRing(1)] * 2, positions=meta, is_boundary=[True] * 2, in_thinking=[False] * 2
+        )
+    with pytest.raises(InvalidArgumentError, match=r"'tokens' .*tolist\(\) raised"):
+        PrefixSnapshotIndex(1).publish(0, meta, 1)
+
+
 def test_a_save_batch_column_generator_that_raises_is_named() -> None:
     def seqs() -> Iterator[int]:
         yield 0

@@ -1025,6 +1025,13 @@ MUTANTS: tuple[Mutant, ...] = (
         (*BATCHED_TESTS, "tests/test_fail_closed.py"),
     ),
     _m(
+        "batch_array_subclass_trusted_by_dtype",
+        COLUMNS,
+        '        if f"{kind.__module__}.{kind.__qualname__}" in _PLAIN_ARRAYS:\n',
+        "        if True:\n",
+        (*BATCHED_TESTS, "tests/test_fail_closed.py"),
+    ),
+    _m(
         "batch_flags_values_unchecked",
         COLUMNS,
         "not (types <= {bool, int} and set(column) <= {0, 1})",

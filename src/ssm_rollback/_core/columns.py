@@ -32,6 +32,11 @@ _KNOWN_TYPES: dict[str, type] = {
 }
 
 
+#: The array types whose ``tolist()`` gives exactly the elements their dtype says; a subclass
+#: may not (a numpy masked array lists ``None`` for a masked element), so its are checked.
+_PLAIN_ARRAYS = frozenset({"numpy.ndarray", "torch.Tensor", "array.array"})
+
+
 def as_list(name: str, values: object, what: str = "values") -> tuple[list[object], type | None]:
     """The column as a list, and the type every element is known to have (or ``None``).
 
@@ -40,9 +45,17 @@ def as_list(name: str, values: object, what: str = "values") -> tuple[list[objec
     """
     known = None
     if hasattr(values, "tolist"):  # numpy arrays, CPU torch tensors, array.array
-        dtype = getattr(values, "dtype", None) or getattr(values, "typecode", None)
-        known = _KNOWN_TYPES.get(str(dtype))
-        values = values.tolist()
+        kind = type(values)
+        if f"{kind.__module__}.{kind.__qualname__}" in _PLAIN_ARRAYS:
+            dtype = getattr(values, "dtype", None) or getattr(values, "typecode", None)
+            known = _KNOWN_TYPES.get(str(dtype))
+        try:
+            values = values.tolist()
+        except Exception as error:  # a meta tensor, a broken array: named as ours
+            raise InvalidArgumentError(
+                f"'{name}' must be a sequence of {what}, but its tolist() raised "
+                f"{type(error).__name__}: {error}"
+            ) from error
     if isinstance(values, str | bytes | Mapping) or not isinstance(values, Sequence):
         raise InvalidArgumentTypeError(
             f"'{name}' must be a sequence of {what} (a list, an array.array, or an array with "
