@@ -23,6 +23,7 @@ from ssm_rollback import (
     snapshot_boundaries,
     snapshot_boundary_if_ssm,
 )
+from ssm_rollback._errors import InvalidArgumentTypeError
 from ssm_rollback.backends.fake import FakeSnapshotPool
 
 # -- same rules, same results ----------------------------------------------------------
@@ -447,3 +448,20 @@ def test_a_save_batch_and_a_single_save_of_one_row_are_refused_together() -> Non
     with pytest.raises(InvalidArgumentError, match="at most once per run"):
         apply_effects(pool, [batch, SsmSnapshotSave(1, 1, 2, 3)], rings)
     assert pool.save_calls == 0
+
+
+def test_a_save_batch_is_indexed_by_an_int_row_only() -> None:
+    """A slice gave an ``SsmSnapshotSave`` of tuples that no check had seen, and ``True``
+    gave row 1; out of range raised ``IndexError``."""
+    batch = SaveBatch((0, 2), (1, 0), (5, 6), (10, 11), (-1, 3))  # -1: row 0 saves its live state
+    assert batch[-1] == batch[1] == SsmSnapshotSave(2, 0, 6, 11, 3)
+    assert batch.source(0) is None
+    for bad in (slice(0, 1), True, "0", 1.0):
+        with pytest.raises(InvalidArgumentTypeError, match="'index' must be an int row"):
+            batch[bad]  # type: ignore[index]
+    for out in (2, -3):
+        with pytest.raises(InvalidArgumentError, match=r"'index' must be in \[-2, 2\)"):
+            batch[out]
+        with pytest.raises(InvalidArgumentError, match=r"'index' must be in \[-2, 2\)"):
+            batch.source(out)
+    assert list(batch) == [batch[0], batch[1]]

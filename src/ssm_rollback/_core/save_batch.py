@@ -7,7 +7,7 @@ from typing import ClassVar, Final
 
 import attrs
 
-from .._errors import InvalidArgumentError
+from .._errors import InvalidArgumentError, InvalidArgumentTypeError
 from . import columns
 from .effects import SsmSnapshotSave, trusted_save
 
@@ -110,23 +110,41 @@ class SaveBatch:
 
     def source(self, index: int) -> int | None:
         """Row ``index``'s source: ``None`` (live) or an intermediate index."""
+        return self._source(self._index(index))
+
+    def __getitem__(self, index: int) -> SsmSnapshotSave:
+        """Row ``index`` as an ``SsmSnapshotSave`` (an int, negative from the end; no slices)."""
+        return self._row(self._index(index))
+
+    def __iter__(self) -> Iterator[SsmSnapshotSave]:
+        for index in range(len(self.seqs)):
+            yield self._row(index)
+
+    def _index(self, index: object) -> int:
+        n = len(self.seqs)
+        if type(index) is not int:
+            raise InvalidArgumentTypeError(
+                f"'index' must be an int row of the batch, got {index!r} of type "
+                f"{type(index).__name__}"
+            )
+        if not -n <= index < n:
+            raise InvalidArgumentError(f"'index' must be in [-{n}, {n}), got {index}")
+        return index
+
+    def _source(self, index: int) -> int | None:
         if self.sources is None:
             return None
         source = self.sources[index]
         return None if source == LIVE else source
 
-    def __getitem__(self, index: int) -> SsmSnapshotSave:
+    def _row(self, index: int) -> SsmSnapshotSave:
         return trusted_save(
             self.seqs[index],
             self.slots[index],
             self.positions[index],
             self.tickets[index],
-            self.source(index),
+            self._source(index),
         )
-
-    def __iter__(self) -> Iterator[SsmSnapshotSave]:
-        for index in range(len(self.seqs)):
-            yield self[index]
 
     def to_dict(self) -> dict[str, str | list[int] | None]:
         """A plain dict (``"kind"`` and one list per column) for ``effect_from_dict``."""
