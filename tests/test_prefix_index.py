@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from types import SimpleNamespace
 
 import attrs
 import pytest
@@ -419,6 +420,12 @@ def test_a_disabled_index_misses_and_declines() -> None:
         (lambda i: i.publish(0, [1, 2], 3), "'length'"),
         (lambda i: i.publish(0, [1, -2], 1), r"'tokens\[1\]'"),
         (lambda i: i.release(None), "'plan'"),
+        (lambda i: i.release(SimpleNamespace(pin=[1])), "'plan'"),
+        (lambda i: PrefixSnapshotIndex(10**30), "'capacity' must be at most 16,777,216"),
+        (lambda i: i.plan_prefill(0, []), "'tokens' must hold at least one token"),
+        (lambda i: i.discard(PrefixEntry(2, [0], 1)), "'entry'"),  # type: ignore[arg-type]
+        (lambda i: i.demote(PrefixEntry(2, [0], 1)), "'entry'"),  # type: ignore[arg-type]
+        (lambda i: i.tokens_of(PrefixEntry(2, [0], 1)), "'entry'"),  # type: ignore[arg-type]
     ],
 )
 def test_bad_arguments_are_named_and_change_nothing(call: object, match: str) -> None:
@@ -428,6 +435,22 @@ def test_bad_arguments_are_named_and_change_nothing(call: object, match: str) ->
     with pytest.raises(InvalidArgumentError, match=match):
         call(index)  # type: ignore[operator]
     assert index.entries() == before
+    index.check_valid()
+
+
+def test_a_plan_released_must_be_the_one_handed_out() -> None:
+    """A plan rebuilt with the same ``pin`` released the real one's pins; now refused."""
+    index = PrefixSnapshotIndex(2)
+    index.publish(0, [1, 2, 3], 2)
+    plan = index.plan_prefill(0, [1, 2, 3, 4], publish_at=[3])
+    forged = attrs.evolve(plan, seq=99, hit=None, chunks=())
+    with pytest.raises(InvalidArgumentError, match="'plan' must be a PrefillPlan of this index"):
+        index.release(forged)
+    assert all(e.length in (2, 3) for e in index.entries())
+    index.check_valid()
+    index.release(plan)  # the real one still releases, once
+    with pytest.raises(InvalidArgumentError, match="not yet released"):
+        index.release(plan)
     index.check_valid()
 
 

@@ -84,8 +84,18 @@ __all__ = ["EVICTIONS", "Eviction", "PrefixSnapshotIndex"]
 GONE: Final = 64
 
 
+#: The most shared slots an index keeps: each holds a whole SSM state (megabytes), so more
+#: than this is a mistake, not a machine (and the free list alone would not fit).
+MAX_CAPACITY: Final = 1 << 24
+
+
 def _capacity(value: int) -> int:
-    return check_non_negative_int("capacity", value)
+    capacity = check_non_negative_int("capacity", value)
+    if capacity > MAX_CAPACITY:
+        raise InvalidArgumentError(
+            f"'capacity' must be at most {MAX_CAPACITY:,} shared slots, got {capacity:,}"
+        )
+    return capacity
 
 
 @final
@@ -103,7 +113,8 @@ class PrefixSnapshotIndex:
     _trie: Trie[Live] = attrs.field(init=False, factory=Trie)
     _by_slot: dict[int, Live] = attrs.field(init=False, factory=dict)
     _free: list[int] = attrs.field(init=False)
-    _plans: dict[int, tuple[Live, ...]] = attrs.field(init=False, factory=dict)
+    #: The outstanding plans by ``pin``, and what each pinned.
+    _plans: dict[int, tuple[PrefillPlan, tuple[Live, ...]]] = attrs.field(init=False, factory=dict)
     _order: EvictionOrder = attrs.field(init=False)  # rules 7 and 9
     _stats: dict[str, int] = attrs.field(init=False)
     #: The tickets of the entries that left lately, oldest first (``_left_lately``).
@@ -172,6 +183,10 @@ class PrefixSnapshotIndex:
         """
         seq = check_non_negative_int("seq", seq)
         token_list = _token_list(tokens)
+        if not token_list:
+            raise InvalidArgumentError(
+                "'tokens' must hold at least one token: the last is always computed (rule 3)"
+            )
         positions = sorted(set(int_column("publish_at", publish_at)))
         if positions and positions[-1] >= len(token_list):
             raise InvalidArgumentError(
@@ -224,17 +239,19 @@ class PrefixSnapshotIndex:
                 chunks.append(PrefillChunk(e.length, save))
         chunks.append(PrefillChunk(len(token_list), None))
         plan = PrefillPlan(seq, hit, start, tuple(chunks), mint_ticket())
-        self._plans[plan.pin] = tuple(pinned)
+        self._plans[plan.pin] = (plan, tuple(pinned))
         return plan
 
     def release(self, plan: PrefillPlan) -> None:
         """Unpin what ``plan`` pinned (rule 6): once, after its prefill has run."""
-        pinned = self._plans.pop(getattr(plan, "pin", -1), None)
-        if pinned is None:
+        pin = plan.pin if type(plan) is PrefillPlan and type(plan.pin) is int else -1
+        outstanding = self._plans.get(pin)
+        if outstanding is None or outstanding[0] != plan:  # not one handed out, as handed out
             raise InvalidArgumentError(
                 f"'plan' must be a PrefillPlan of this index not yet released, got {plan!r}"
             )
-        for live in pinned:
+        del self._plans[pin]
+        for live in outstanding[1]:
             if self._by_slot.get(live.entry.slot) is live:  # not discarded since
                 live.pins -= 1
 
@@ -287,7 +304,7 @@ class PrefixSnapshotIndex:
         held = sum(live.pins for live in self._by_slot.values())
         outstanding = sum(
             1
-            for pins in self._plans.values()
+            for _, pins in self._plans.values()
             for live in pins
             if live.entry.slot in self._by_slot and self._by_slot[live.entry.slot] is live
         )
@@ -339,7 +356,8 @@ class PrefixSnapshotIndex:
         return ticket in self._gone
 
     def _live(self, entry: PrefixEntry) -> Live:
-        live = self._by_slot.get(entry.slot) if type(entry) is PrefixEntry else None
+        known = type(entry) is PrefixEntry and type(entry.slot) is int
+        live = self._by_slot.get(entry.slot) if known else None
         if live is None or live.entry != entry:
             raise InvalidArgumentError(f"'entry' must be a live entry of this index, got {entry!r}")
         return live
