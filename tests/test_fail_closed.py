@@ -518,3 +518,14 @@ def test_a_save_batch_mixing_live_and_intermediate_sources_copies_both() -> None
     pool.restore([SsmSnapshotRestore(0, e0.snapshot_slot, 4, e0.ticket)])
     pool.restore([SsmSnapshotRestore(1, e1.snapshot_slot, 6, e1.ticket)])
     assert pool.live == ["row 0 live", "b1"]
+
+
+@pytest.mark.parametrize("error", ["ranks disagree", None, ValueError("x")])
+def test_retire_disputed_refuses_an_error_that_is_no_agreement_error(error: object) -> None:
+    from ssm_rollback.distributed import retire_disputed
+
+    ring = SsmDecodeRing(2)
+    ring.record(1)
+    with pytest.raises(InvalidArgumentTypeError, match="'error' must be the AgreementError"):
+        retire_disputed([ring], error)  # type: ignore[arg-type]
+    assert ring.snapshot_positions() == (1,)

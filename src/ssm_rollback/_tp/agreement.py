@@ -244,6 +244,11 @@ def retire_disputed(
     holds - so no later request hits it. Returns the ring entries
     discarded; ``prefix_index.entries()`` shows what is left of the index.
     """
+    if not isinstance(error, AgreementError):
+        raise InvalidArgumentTypeError(
+            f"'error' must be the AgreementError check_agreement raised, got "
+            f"{type(error).__name__}"
+        )
     if prefix_index is not None and not isinstance(prefix_index, PrefixSnapshotIndex):
         raise InvalidArgumentTypeError(
             f"'prefix_index' must be a PrefixSnapshotIndex or None, got "
