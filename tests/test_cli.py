@@ -204,6 +204,35 @@ def test_simulate_workload_bad_flags_exit_2_naming_the_flag(
     assert flag in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "given",
+    [
+        ("--depths", "7"),
+        ("--sequences", "2"),
+        ("--tokens", "50"),
+        ("--boundary-rate", "0.9"),
+        ("--rollback-rate", "0.5"),
+        ("--back", "9"),
+        ("--thinking-rate", "0.5"),
+        ("--accept-rate", "0.5"),
+        ("--spec-tokens", "3"),
+        ("--model", "jamba-1.5-mini"),
+        ("--config", "config.json"),
+        ("--tp", "2"),
+        ("--dtype", "float32"),
+        ("--layout", "sglang"),
+        ("--conv-dtype", "float32"),
+        ("--ssm-dtype", "float32"),
+    ],
+)
+def test_simulate_workload_refuses_the_depth_simulations_flags(
+    given: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Beside --workload they changed nothing: the same JSON, exit 0, not a word."""
+    assert run(*PREFIX, *given)[0] == 2
+    assert f"{given[0]}: sets the depth simulation" in capsys.readouterr().err
+
+
 def test_simulate_workload_plot_without_matplotlib_exits_2(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

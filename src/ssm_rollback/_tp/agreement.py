@@ -246,8 +246,7 @@ def retire_disputed(
     """
     if not isinstance(error, AgreementError):
         raise InvalidArgumentTypeError(
-            f"'error' must be the AgreementError check_agreement raised, got "
-            f"{type(error).__name__}"
+            f"'error' must be the AgreementError check_agreement raised, got {type(error).__name__}"
         )
     if prefix_index is not None and not isinstance(prefix_index, PrefixSnapshotIndex):
         raise InvalidArgumentTypeError(

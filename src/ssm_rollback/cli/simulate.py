@@ -43,6 +43,27 @@ def _depths(text: str) -> list[int]:
         ) from None
 
 
+#: The flags of the depth simulation only (``dest``: flag), refused beside ``--workload``.
+_DEPTH_ONLY: Final = {
+    "config": "--config",
+    "model": "--model",
+    "tp": "--tp",
+    "dtype": "--dtype",
+    "layout": "--layout",
+    "conv_dtype": "--conv-dtype",
+    "ssm_dtype": "--ssm-dtype",
+    "spec_tokens": "--spec-tokens",
+    "depths": "--depths",
+    "sequences": "--sequences",
+    "tokens": "--tokens",
+    "boundary_rate": "--boundary-rate",
+    "rollback_rate": "--rollback-rate",
+    "back": "--back",
+    "thinking_rate": "--thinking-rate",
+    "accept_rate": "--accept-rate",
+}
+
+
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     simulate = commands.add_parser(
         "simulate",
@@ -54,7 +75,12 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     add_model_arguments(simulate, required=False)
     add = simulate.add_argument
-    add("--depths", type=_depths, default="0,1,2,4,8,16", help="comma-separated depths")
+    add(
+        "--depths",
+        type=_depths,
+        default=[0, 1, 2, 4, 8, 16],
+        help="comma-separated depths (default 0,1,2,4,8,16)",
+    )
     add("--trace", metavar="FILE", help="a JSONL trace (default: synthetic)")
     add("--sequences", type=int_flag(1), default=64, help="synthetic: sequences")
     add("--tokens", type=int_flag(1), default=512, help="synthetic: tokens each")
@@ -109,6 +135,9 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "path": "--plot",
     }
     simulate.set_defaults(run=run, flags=flags, model="nemotron-h-8b")
+    # What --workload would ignore, with the value each has when not given.
+    depth_only = {dest: (flag, simulate.get_default(dest)) for dest, flag in _DEPTH_ONLY.items()}
+    simulate.set_defaults(depth_only=depth_only)
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
