@@ -153,6 +153,18 @@ def test_every_rule_gives_ascending_positions_inside_the_prompt(
         (lambda: trtllm(10, save_last=1), "'save_last'"),  # type: ignore[arg-type]
         (lambda: llamacpp(10, tail=0), "'tail'"),
         (lambda: llamacpp(10, start=20), "'start'"),
+        # Past 2**25 tokens a rule listed or stepped through billions of positions: a
+        # MemoryError, an OverflowError, or a loop that ran for minutes.
+        (lambda: every(1, 10**12), "'length' must be at most 33,554,432"),
+        (lambda: before_end(1, 10**30), "'length' must be at most"),
+        (lambda: app(10**13, message_ends=[]), "'length' must be at most"),
+        (
+            lambda: vllm_align(10**12, block_size=1, max_num_batched_tokens=1),
+            "'length' must be at most",
+        ),
+        (lambda: sglang(10**13), "'length' must be at most"),
+        (lambda: trtllm(10**12, periodic_snapshot_interval=1), "'length' must be at most"),
+        (lambda: llamacpp(2**25 + 1), "'length' must be at most"),
     ],
 )
 def test_bad_arguments_are_named(call: Callable[[], object], name: str) -> None:

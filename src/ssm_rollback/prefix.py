@@ -76,19 +76,22 @@ TRTLLM_TOKENS_PER_BLOCK: Final = 32
 #: llama.cpp's server processes the last 64 prompt tokens as a batch of their own so
 #: that a context checkpoint exists 64 tokens before the prompt end.
 LLAMACPP_TAIL: Final = 64
+#: The longest prompt the rules place in (2**25 tokens, past every model's context): a
+#: longer length is a mistake, and would list or step through billions of positions.
+MAX_LENGTH: Final = 1 << 25
 
 
 def every(n: int, length: int) -> tuple[int, ...]:
     """Every ``n`` tokens: ``n, 2n, ...`` below ``length``."""
     n = _at_least("n", n, 1)
-    length = check_non_negative_int("length", length)
+    length = _length(length)
     return tuple(range(n, length, n))
 
 
 def before_end(m: int, length: int) -> tuple[int, ...]:
     """``m`` tokens before the prompt end: ``length - m``, if that is at least 1."""
     m = _at_least("m", m, 1)
-    length = check_non_negative_int("length", length)
+    length = _length(length)
     return (length - m,) if length - m >= 1 else ()
 
 
@@ -102,7 +105,7 @@ def app(length: int, *, message_ends: Sequence[int]) -> tuple[int, ...]:
     each output during decode: the live state once the last sampled token is
     known, before it is fed (``length + output - 1``).
     """
-    length = check_non_negative_int("length", length)
+    length = _length(length)
     ends = int_column("message_ends", message_ends)
     if ends and max(ends) > length:
         raise InvalidArgumentError(
@@ -135,7 +138,7 @@ def vllm_align(
     During decode, vLLM also keeps the state at each block boundary the
     output crosses (PR #30877), the prompt end included when it is one.
     """
-    length = check_non_negative_int("length", length)
+    length = _length(length)
     start = _start(start, length)
     block_size = _at_least("block_size", block_size, 1)
     budget = _at_least("max_num_batched_tokens", max_num_batched_tokens, block_size)
@@ -167,7 +170,7 @@ def sglang(
     (``cache_finished_req``; SGLang 0.5). Neither end helps a regenerated prompt, whose
     longest reusable prefix is ``length - 1`` (SGLang #21158).
     """
-    length = check_non_negative_int("length", length)
+    length = _length(length)
     start = _start(start, length)
     chunk = _at_least("chunked_prefill_size", chunked_prefill_size, 1)
     return tuple(range(start + chunk, length, chunk))
@@ -196,7 +199,7 @@ def trtllm(
     ``per_conversation`` reuse policy keeps one record per conversation
     (PR #18272), a retention rule the shared index replaces here.
     """
-    length = check_non_negative_int("length", length)
+    length = _length(length)
     interval = check_non_negative_int("periodic_snapshot_interval", periodic_snapshot_interval)
     starts = int_column("offsets_from_start", offsets_from_start)
     ends = int_column("offsets_from_end", offsets_from_end)
@@ -223,11 +226,20 @@ def llamacpp(length: int, *, start: int = 0, tail: int = LLAMACPP_TAIL) -> tuple
     reaches past that point, no checkpoint is new. Nothing is placed during
     decode.
     """
-    length = check_non_negative_int("length", length)
+    length = _length(length)
     start = _start(start, length)
     tail = _at_least("tail", tail, 1)
     point = length - tail
     return (point,) if point > max(start, 64) else ()
+
+
+def _length(length: int) -> int:
+    length = check_non_negative_int("length", length)
+    if length > MAX_LENGTH:
+        raise InvalidArgumentError(
+            f"'length' must be at most {MAX_LENGTH:,} tokens (a prompt's length), got {length:,}"
+        )
+    return length
 
 
 def _at_least(name: str, value: int, least: int) -> int:
