@@ -326,6 +326,13 @@ def test_bad_max_bytes_is_refused(max_bytes: object, error: type[Exception]) -> 
         HybridPrefixCache(model(M), max_bytes=max_bytes)  # type: ignore[arg-type]
 
 
+def test_a_budget_past_any_machine_holds_at_most_the_indexs_most_prefixes() -> None:
+    """``max_bytes=10**30`` raised ``OverflowError`` sizing the index; it holds 2**24 now."""
+    cache = HybridPrefixCache(model(M), max_bytes=10**30)
+    assert cache.capacity == 2**24
+    assert cache.max_bytes == 10**30
+
+
 def test_a_non_model_is_refused() -> None:
     with pytest.raises(TypeError, match="'model' must be a transformers causal LM"):
         HybridPrefixCache(object(), max_bytes=BIG)  # type: ignore[arg-type]

@@ -226,8 +226,8 @@ PREFIX_MUTANTS: tuple[Mutant, ...] = (
     _x(
         "index_full_not_evicting",
         INDEX,
-        "        if not self._free:\n            victim = self._order.victim(own)\n",
-        "        if not self._free:\n            victim = None\n",
+        "            victim = self._order.victim(own)\n",
+        "            victim = None\n",
     ),
     _x(
         "index_victim_pinned_ok",
@@ -419,8 +419,8 @@ PREFIX_MUTANTS: tuple[Mutant, ...] = (
     _x(
         "index_free_taken_highest_first",
         INDEX,
-        "self._free = list(range(self._capacity - 1, -1, -1))",
-        "self._free = list(range(self._capacity))",
+        "            slot = self._free.pop()\n",
+        "            slot = self._free.pop(0)\n",
     ),
     _x(
         "index_touch_no_clock",

@@ -112,7 +112,9 @@ class PrefixSnapshotIndex:
     _eviction: Eviction = attrs.field(default="lru", kw_only=True)
     _trie: Trie[Live] = attrs.field(init=False, factory=Trie)
     _by_slot: dict[int, Live] = attrs.field(init=False, factory=dict)
-    _free: list[int] = attrs.field(init=False)
+    #: Slots freed since placed, popped lowest first; from ``_fresh`` on, slots never used.
+    _free: list[int] = attrs.field(init=False, factory=list)
+    _fresh: int = attrs.field(init=False, default=0)
     #: The outstanding plans by ``pin``, and what each pinned.
     _plans: dict[int, tuple[PrefillPlan, tuple[Live, ...]]] = attrs.field(init=False, factory=dict)
     _order: EvictionOrder = attrs.field(init=False)  # rules 7 and 9
@@ -126,7 +128,6 @@ class PrefixSnapshotIndex:
                 f"'eviction' must be one of {', '.join(map(repr, EVICTIONS))}, "
                 f"got {self._eviction!r}"
             )
-        self._free = list(range(self._capacity - 1, -1, -1))  # popped lowest first
         self._order = EvictionOrder(self._eviction, self._capacity, self._by_slot)
         self._stats = dict.fromkeys(attrs.fields_dict(PrefixStats), 0)
 
@@ -299,7 +300,8 @@ class PrefixSnapshotIndex:
         for slot, live in self._by_slot.items():
             if live.entry.slot != slot or live.entry.length != len(live.tokens):
                 raise InvariantError(f"slot {slot} holds {live.entry} of {len(live.tokens)} tokens")
-        if sorted(self._free + list(self._by_slot)) != list(range(self._capacity)):
+        used = sorted(self._free + list(self._by_slot))
+        if used != list(range(self._fresh)) or self._fresh > self._capacity:
             raise InvariantError("every shared slot must be either free or owned by one entry")
         held = sum(live.pins for live in self._by_slot.values())
         outstanding = sum(
@@ -319,7 +321,7 @@ class PrefixSnapshotIndex:
 
         ``own``: what the plan placing it has placed so far, which it may evict (rule 6).
         """
-        if not self._free:
+        if not self._free and self._fresh == self._capacity:  # full
             victim = self._order.victim(own)
             if victim is None:
                 self._stats["declined"] += 1
@@ -327,7 +329,10 @@ class PrefixSnapshotIndex:
             self._order.evicted(victim)
             self._drop(victim)
             self._stats["evicted"] += 1
-        slot = self._free.pop()
+        if self._free:
+            slot = self._free.pop()
+        else:  # a free slot was never used: the lowest of those is next
+            slot, self._fresh = self._fresh, self._fresh + 1
         live = Live(PrefixEntry(length, slot, mint_ticket()), tuple(tokens[:length]))
         live.uses = self._order.uses_of(live.tokens)
         self._trie.put(tokens, length, live)

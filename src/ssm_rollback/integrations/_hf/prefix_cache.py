@@ -25,6 +25,7 @@ from transformers import DynamicCache, PretrainedConfig
 from transformers.cache_utils import Cache
 
 from ... import PrefillPlan, PrefixEntry, PrefixHit, PrefixSnapshotIndex
+from ..._core.prefix._index import MAX_CAPACITY
 from ..._errors import (
     InvalidArgumentError,
     StaleSnapshotError,
@@ -63,7 +64,8 @@ class HybridPrefixCache:
         self._pass = CachedForward(model)
         # The smallest entry (one token) bounds how many can ever fit: the index's slots.
         smallest = cache_nbytes(self._forward(None, [0])) if self._max_bytes else 1
-        self._index = PrefixSnapshotIndex(self._max_bytes // max(smallest, 1))
+        # Past the index's 2**24 slots, a budget holds more bytes, not more prefixes.
+        self._index = PrefixSnapshotIndex(min(self._max_bytes // max(smallest, 1), MAX_CAPACITY))
         self._copies = PrefixCopies(self._max_bytes)
         self._counts = dict.fromkeys(attrs.fields_dict(PrefixCacheReport), 0)
 
@@ -79,7 +81,8 @@ class HybridPrefixCache:
 
     @property
     def capacity(self) -> int:
-        """Most prefixes it can hold: ``max_bytes`` over the bytes of a one-token prefix."""
+        """Most prefixes it can hold: ``max_bytes`` over the bytes of a one-token prefix (at
+        most 2**24, the index's most slots)."""
         return self._index.capacity
 
     @property
