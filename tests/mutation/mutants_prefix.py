@@ -194,10 +194,14 @@ PREFIX_MUTANTS: tuple[Mutant, ...] = (
     _x(
         "index_release_twice_ok",
         INDEX,
-        "        if pinned is None:\n            raise InvalidArgumentError(\n"
-        "                f\"'plan' must be a PrefillPlan",
-        "        if pinned is None:\n            return\n        if False:\n            raise InvalidArgumentError(\n"
-        "                f\"'plan' must be a PrefillPlan",
+        "        if outstanding is None or outstanding[0] != plan:",
+        "        if outstanding is None:\n            return\n        if outstanding[0] != plan:",
+    ),
+    _x(
+        "index_release_a_rebuilt_plan",
+        INDEX,
+        "        if outstanding is None or outstanding[0] != plan:",
+        "        if outstanding is None:",
     ),
     _x(
         "index_publish_length_zero_ok",
