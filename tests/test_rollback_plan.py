@@ -158,7 +158,7 @@ def test_a_verify_batch_whose_rows_share_a_ring_is_atomic() -> None:
     """Two rows on one ring, the second behind the first: refused, and no ring changed."""
     shared = SsmDecodeRing(4)
     rings = {0: shared, 1: shared}
-    with pytest.raises(OutOfOrderError, match="row 0 records into the same ring"):
+    with pytest.raises(OutOfOrderError, match="row 0's, on the same ring earlier in this step"):
         commit_verified_batch(
             rings,
             first_positions=[5, 2],

@@ -404,6 +404,9 @@ def test_a_copy_that_raises_leaves_the_batch_holding_nothing(index_ops: bool) ->
         ([torch.zeros(2, 3)], {"batch_dim": -1}, "'batch_dim' must be an int >= 0"),
         ([torch.zeros(2, 3)], {"batch_dim": True}, "'batch_dim' must be an int >= 0"),
         ([torch.zeros(2, 3)], {"slots_per_sequence": -2}, "'slots_per_sequence'"),
+        # One row's memory in three rows: restoring row 0 rewrote rows 1 and 2.
+        ([torch.zeros(1, 4).expand(3, 4)], {}, r"'live_states\[0\]' must not hold one element"),
+        ([torch.zeros(10).as_strided((3, 4), (2, 1))], {}, "overlapping strides"),
     ],
 )
 def test_construction_errors_name_the_problem(

@@ -47,6 +47,7 @@ def check_live_states(live_states: Sequence[torch.Tensor], batch_dim: int) -> in
                 f"'live_states[{i}]' must have a dim {batch_dim} ('batch_dim'), got shape "
                 f"{tuple(tensor.shape)}"
             )
+        _check_no_overlap(f"live_states[{i}]", tensor)
         if device is None:
             device = tensor.device
         elif tensor.device != device:
@@ -64,6 +65,26 @@ def check_live_states(live_states: Sequence[torch.Tensor], batch_dim: int) -> in
             )
     assert rows is not None
     return rows
+
+
+def _check_no_overlap(name: str, tensor: torch.Tensor) -> None:
+    """Refuse a tensor whose elements share memory (an ``expand()``, an overlapping
+    ``as_strided``): a copy into one row would change another.
+
+    Dims by stride, each must step past everything the smaller ones span: sufficient for
+    no overlap, and true of every layout a model allocates (dense, sliced, permuted).
+    """
+    spanned = 0
+    for stride, size in sorted(
+        (st, sz) for st, sz in zip(tensor.stride(), tensor.shape, strict=True) if sz > 1
+    ):
+        if stride <= spanned:
+            raise InvalidArgumentError(
+                f"'{name}' must not hold one element of memory in two places (an expand() or "
+                f"overlapping strides), got shape {tuple(tensor.shape)} with strides "
+                f"{tuple(tensor.stride())}: a copy into one row would change another"
+            )
+        spanned += stride * (size - 1)
 
 
 def check_intermediate_states(
@@ -107,6 +128,7 @@ def check_intermediate_states(
                 f"'intermediate_states[{i}]' must have the dtype and device of live_states[{i}] "
                 f"({state.dtype} on {state.device}), got {buffer.dtype} on {buffer.device}"
             )
+        _check_no_overlap(f"intermediate_states[{i}]", buffer)
         states = buffer.shape[batch_dim + 1]
         if depth is None:
             depth = states
