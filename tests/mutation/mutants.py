@@ -1363,6 +1363,20 @@ MUTANTS: tuple[Mutant, ...] = (
         TORCH,
     ),
     _m(
+        "torch_overlapping_memory_taken",
+        TORCH_CHECKS,
+        "        if stride <= spanned:\n",
+        "        if False:\n",
+        TORCH,
+    ),
+    _m(
+        "torch_overlap_span_not_summed",
+        TORCH_CHECKS,
+        "        spanned += stride * (size - 1)\n",
+        "        spanned = stride\n",
+        TORCH,
+    ),
+    _m(
         "torch_fingerprint_no_pointer",
         TORCH_CHECKS,
         "return (tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype, tensor.device)",
