@@ -13,6 +13,7 @@ from ssm_rollback import (
     RollbackDeclined,
     RollbackPlan,
     SsmDecodeRing,
+    SsmSnapshotRestore,
     SsmSnapshotSave,
     StaleSnapshotError,
     commit_rollback,
@@ -84,6 +85,31 @@ def test_another_rings_plan_is_refused() -> None:
     with pytest.raises(StaleSnapshotError):
         commit_rollback(ring, plan)
     assert ring.snapshot_positions() == (3, 6)
+
+
+def test_a_plan_built_by_hand_to_another_shape_is_refused_and_changes_nothing() -> None:
+    """A restore to 5 under keep_len 9 truncated the ring to 5; a save as the effect truncated
+    it too; two effects raised ValueError and a non-effect AttributeError."""
+    ring = _ring(3, [2, 5, 9])
+    real = plan_rollback(ring, [2, 5, 9], seq=0, current_len=12)
+    assert isinstance(real, RollbackPlan)
+    entry = ring.entry_for(5)
+    assert entry is not None
+    at_5 = SsmSnapshotRestore(0, entry.snapshot_slot, 5, entry.ticket)
+    forged = [
+        RollbackPlan(0, 9, 3, (at_5,)),  # keep_len 9, restore at 5
+        RollbackPlan(1, 5, 7, (at_5,)),  # another row's plan
+        RollbackPlan(0, 5, 7, (SsmSnapshotSave(0, entry.snapshot_slot, 5, entry.ticket),)),  # type: ignore[arg-type]
+        RollbackPlan(0, 5, 7, (at_5, at_5)),
+        RollbackPlan(0, 5, 7, (3,)),  # type: ignore[arg-type]
+        RollbackPlan(0, 5, 7, [at_5]),  # type: ignore[arg-type]
+    ]
+    for plan in forged:
+        with pytest.raises(InvalidArgumentError, match="'plan' must be a RollbackPlan from plan_"):
+            commit_rollback(ring, plan)
+        assert ring.snapshot_positions() == (2, 5, 9)
+    commit_rollback(ring, RollbackPlan(0, 5, 7, (at_5,)))  # one of the shape plan_rollback makes
+    assert ring.snapshot_positions() == (2, 5)
 
 
 @pytest.mark.parametrize(

@@ -283,9 +283,9 @@ def commit_rollback(ring: SsmDecodeRing, plan: RollbackPlan) -> None:
             f"'plan' must be a RollbackPlan from plan_rollback(), got {plan!r} of type "
             f"{type(plan).__name__}"
         )
-    if not plan.effects:
+    if plan.effects == ():
         return
-    (restore,) = plan.effects
+    restore = _the_restore(plan)
     entry = ring.entry_for(restore.token_position)
     if entry is None or (entry.snapshot_slot, entry.ticket) != (restore.slot, restore.ticket):
         raise StaleSnapshotError(
@@ -293,6 +293,23 @@ def commit_rollback(ring: SsmDecodeRing, plan: RollbackPlan) -> None:
             f"from slot {restore.slot} ticket {restore.ticket}, and the ring holds {entry}"
         )
     ring.truncate_after(restore.token_position)
+
+
+def _the_restore(plan: RollbackPlan) -> SsmSnapshotRestore:
+    """The one restore of a hybrid plan, as ``plan_rollback`` makes it: of the plan's row, to
+    its ``keep_len``; a plan built otherwise would truncate the ring elsewhere."""
+    effects = plan.effects
+    restore = effects[0] if type(effects) is tuple and len(effects) == 1 else None
+    if (
+        type(restore) is not SsmSnapshotRestore
+        or restore.seq != plan.seq
+        or restore.token_position != plan.keep_len
+    ):
+        raise InvalidArgumentError(
+            f"'plan' must be a RollbackPlan from plan_rollback(): no effects, or one "
+            f"SsmSnapshotRestore of its seq to its keep_len, got {plan!r}"
+        )
+    return restore
 
 
 def rollback_to_boundary(
