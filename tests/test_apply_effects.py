@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from ssm_rollback import (
@@ -145,6 +147,35 @@ def test_no_effects_no_calls() -> None:
     pool, rings = setup()
     assert apply_effects(pool, [], rings).ok
     assert (pool.save_calls, pool.restore_calls) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    ("write", "match"),
+    [
+        # -1 tagged the last slot (a Python index from the end): seq 1's, not seq 0's.
+        (lambda t: t.commit([-1], [5], [7]), r"'flat\[0\]' must be an int >= 0"),
+        (lambda t: t.commit([6], [5], [7]), r"'flat\[0\]' must be < 6"),
+        (lambda t: t.commit([0], [-5], [7]), r"'positions\[0\]' must be an int >= 0"),
+        (lambda t: t.commit([0], [5], ["t"]), r"'tickets\[0\]' must be an int >= 0"),
+        (lambda t: t.commit([0, 1], [5], [7, 8]), "must have one length"),
+        (lambda t: t.commit([0], [5], [7], failed=[1]), r"'failed\[0\]' must be < 1"),
+        (lambda t: t.forget([-1]), r"'flat\[0\]' must be an int >= 0"),
+        (lambda t: t.forget([99]), r"'flat\[0\]' must be < 6"),
+        (lambda t: t.commit_accepts([2], [7]), r"'rows\[0\]' must be < 2"),
+        (lambda t: t.commit_accepts([0], ["t"]), r"'tickets\[0\]' must be an int >= 0"),
+        (lambda t: t.commit_shared([-1], [4], [7]), r"'slots\[0\]' must be an int >= 0"),
+        (lambda t: t.commit_shared([2], [4], [7]), r"'slots\[0\]' must be < 2"),
+        (lambda t: t.forget_shared([2]), r"'slots\[0\]' must be < 2"),
+    ],
+)
+def test_slot_tags_refuse_writes_out_of_range_and_tag_nothing(
+    write: Callable[[SlotTags], None], match: str
+) -> None:
+    tags = SlotTags(2, 3, shared_slots=2)
+    with pytest.raises(InvalidArgumentError, match=match):
+        write(tags)
+    assert all(tags.stored_ticket(seq, slot) is None for seq in range(2) for slot in range(3))
+    assert [tags.stored_shared_ticket(slot) for slot in range(2)] == [None, None]
 
 
 def test_slot_tags_on_their_own() -> None:

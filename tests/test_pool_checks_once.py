@@ -59,7 +59,7 @@ def counted(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
         return counting
 
     monkeypatch.setattr(
-        BatchChecks, "check_save_columns", spy("saves", BatchChecks.check_save_columns)
+        BatchChecks, "_check_save_columns", spy("saves", BatchChecks._check_save_columns)
     )
     monkeypatch.setattr(BatchChecks, "check_restores", spy("restores", BatchChecks.check_restores))
     monkeypatch.setattr(BatchChecks, "check_accepts", spy("accepts", BatchChecks.check_accepts))

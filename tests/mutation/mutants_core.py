@@ -273,7 +273,7 @@ CORE_MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "rb_commit_attention_plan_truncates",
         ROLLBACK,
-        "    if not plan.effects:\n        return\n",
+        "    if plan.effects == ():\n        return\n",
         "",
         PLAN_TESTS,
     ),

@@ -144,7 +144,7 @@ MORE_MUTANTS: tuple[Mutant, ...] = (
     _acc(
         "base_accepts_not_committed",
         "pool/_base.py",
-        "            self._tags.commit_accepts(checked.rows, checked.tickets)\n",
+        "            self._tags._commit_accepts(checked.rows, checked.tickets)\n",
         "",
     ),
     # -- the shared slots' half of the pool skeleton ----------------------------------------
@@ -156,13 +156,13 @@ MORE_MUTANTS: tuple[Mutant, ...] = (
     ),
     _shb(
         "shared_base_copy_error_not_forgotten",
-        "            self._tags.forget_shared(slots)  # maybe half written: no restore may read them\n",
+        "            self._tags._forget_shared(slots)  # maybe half written: no restore may read them\n",
         "            pass\n",
     ),
     _shb(
         "shared_base_failed_committed_as_saved",
-        "self._tags.commit_shared(slots, lengths, tickets, failed)",
-        "self._tags.commit_shared(slots, lengths, tickets, [])",
+        "self._tags._commit_shared(slots, lengths, tickets, failed)",
+        "self._tags._commit_shared(slots, lengths, tickets, [])",
     ),
     mutant(
         "shared_base_save_owned_unchecked",

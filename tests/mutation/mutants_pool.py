@@ -401,14 +401,14 @@ POOL_MUTANTS: tuple[Mutant, ...] = (
     _p(
         "base_copy_error_not_forgotten",
         BASE,
-        "            self._tags.forget(flat)\n",
+        "            self._tags._forget(flat)\n",
         "            pass\n",
     ),
     _p(
         "base_failed_committed_as_saved",
         BASE,
-        "self._tags.commit(flat, positions, tickets, failed)",
-        "self._tags.commit(flat, positions, tickets)",
+        "self._tags._commit(flat, positions, tickets, failed)",
+        "self._tags._commit(flat, positions, tickets)",
     ),
     _p(
         "base_fault_predicate_inverted",

@@ -171,9 +171,9 @@ class PoolBase(SharedSlotsBase, TaggedPool):
         except BaseException:
             # Some state may hold the new rows and some the old: no restore
             # may read any slot of this batch.
-            self._tags.forget(flat)
+            self._tags._forget(flat)
             raise
-        self._tags.commit(flat, positions, tickets, failed)
+        self._tags._commit(flat, positions, tickets, failed)
         return tuple(self._save(k, checked, saves) for k in failed)
 
     def _restore_checked(self, checked: CheckedRestores, /) -> None:
@@ -187,7 +187,7 @@ class PoolBase(SharedSlotsBase, TaggedPool):
         self._check_owned()
         if checked.rows:
             self._copy_accepts(checked.rows, checked.indices)
-            self._tags.commit_accepts(checked.rows, checked.tickets)
+            self._tags._commit_accepts(checked.rows, checked.tickets)
 
     def _failing(
         self,

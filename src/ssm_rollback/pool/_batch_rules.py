@@ -103,11 +103,11 @@ class BatchChecks:
             positions, tickets = [s.token_position for s in saves], [s.ticket for s in saves]
             sources = [LIVE if s.source is None else s.source for s in saves]
         distinct = isinstance(saves, SaveBatch) and saves.distinct
-        return self.check_save_columns(
+        return self._check_save_columns(
             seqs, slots, positions, tickets, sources, names, staged, distinct=distinct
         )
 
-    def check_save_columns(
+    def _check_save_columns(
         self,
         seqs: list[int],
         slots: Sequence[int],

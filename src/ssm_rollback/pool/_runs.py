@@ -220,7 +220,7 @@ def check_runs(
                 k = next(k for k, source in enumerate(sources) if source != LIVE)
                 counts = staged(f"'{names.of(k)}' (a save from intermediate state {sources[k]})")
             values = run.values()
-            saves = checks.check_save_columns(
+            saves = checks._check_save_columns(
                 seqs,
                 slots,
                 positions,

@@ -76,9 +76,9 @@ class SharedSlotsBase:
             if copy_rows:
                 self._copy_shared_saves(copy_rows, copy_slots)
         except BaseException:
-            self._tags.forget_shared(slots)  # maybe half written: no restore may read them
+            self._tags._forget_shared(slots)  # maybe half written: no restore may read them
             raise
-        self._tags.commit_shared(slots, lengths, tickets, failed)
+        self._tags._commit_shared(slots, lengths, tickets, failed)
         return tuple(saves[k] for k in failed)
 
     def _restore_shared_checked(self, checked: CheckedSharedRestores, /) -> None:

@@ -16,6 +16,7 @@ from typing import cast, final
 
 import attrs
 
+from .._core.columns import as_list, int_column, one_length
 from .._errors import InvalidArgumentError, check_non_negative_int
 from ._batch_values import IndexTable
 from ._protocols import SharedSnapshotPool, SnapshotPool
@@ -34,6 +35,15 @@ def _slots_arg(value: int) -> int:
 
 def _shared_arg(value: int) -> int:
     return check_non_negative_int("shared_slots", value)
+
+
+def _indices(name: str, values: Sequence[int], bound: int) -> list[int]:
+    """``values`` as ints in ``[0, bound)``; else raise naming the column or its element."""
+    column = int_column(name, values)
+    if column and max(column) >= bound:
+        k = next(k for k, value in enumerate(column) if value >= bound)
+        raise InvalidArgumentError(f"'{name}[{k}]' must be < {bound}, got {column[k]}")
+    return column
 
 
 @final
@@ -125,8 +135,39 @@ class SlotTags(SharedChecks):
     ) -> None:
         """Tag slot ``flat[k]`` with ``positions[k]`` and ``tickets[k]``, except the ``failed`` k.
 
-        A failed save's slot holds nothing afterwards: it may be half written.
+        ``flat`` are the flat indices a check returned (``CheckedSaves.flat``). A
+        failed save's slot holds nothing afterwards: it may be half written. Bad
+        columns raise naming them, with nothing tagged.
         """
+        flat_list = _indices("flat", flat, len(self._positions))
+        columns = (int_column("positions", positions), int_column("tickets", tickets))
+        one_length(
+            {"flat": len(flat_list), "positions": len(columns[0]), "tickets": len(columns[1])}
+        )
+        self._commit(flat_list, *columns, _indices("failed", failed, len(flat_list)))
+
+    def commit_accepts(self, rows: Sequence[int], tickets: Sequence[int | None]) -> None:
+        """Record the tickets of accepts just copied: rule 7 refuses them, and older ones, again."""
+        row_list = _indices("rows", rows, len(self._accepted_tickets))
+        ticket_list = as_list("tickets", tickets, "ints >= 0 or None")[0]
+        for k, ticket in enumerate(ticket_list):
+            if ticket is not None:
+                check_non_negative_int(f"tickets[{k}]", ticket)
+        one_length({"rows": len(row_list), "tickets": len(ticket_list)})
+        self._commit_accepts(row_list, cast(list[int | None], ticket_list))
+
+    def forget(self, flat: Sequence[int]) -> None:
+        """Mark the slots at ``flat`` as holding nothing (a copy that raised half way)."""
+        self._forget(_indices("flat", flat, len(self._positions)))
+
+    def _commit(
+        self,
+        flat: Sequence[int],
+        positions: Sequence[int],
+        tickets: Sequence[int],
+        failed: Sequence[int] = (),
+    ) -> None:
+        """``commit`` of columns a check of these tags produced (the pool base's own)."""
         held_positions, held_tickets = self._positions, self._tickets
         # One plain loop: in CPython 3.11 it beats map/deque over list.__setitem__.
         for i, position, ticket in zip(flat, positions, tickets, strict=True):
@@ -138,15 +179,13 @@ class SlotTags(SharedChecks):
         if tickets:
             self._newest_ticket = max(self._newest_ticket, max(tickets))
 
-    def commit_accepts(self, rows: Sequence[int], tickets: Sequence[int | None]) -> None:
-        """Record the tickets of accepts just copied: rule 7 refuses them, and older ones, again."""
+    def _commit_accepts(self, rows: Sequence[int], tickets: Sequence[int | None]) -> None:
         accepted = self._accepted_tickets
         for seq, ticket in zip(rows, tickets, strict=True):
             if ticket is not None:
                 accepted[seq] = ticket
 
-    def forget(self, flat: Sequence[int]) -> None:
-        """Mark the slots at ``flat`` as holding nothing (a copy that raised half way)."""
+    def _forget(self, flat: Sequence[int]) -> None:
         positions, tickets = self._positions, self._tickets
         for i in flat:
             positions[i] = tickets[i] = None
@@ -177,15 +216,35 @@ class SlotTags(SharedChecks):
         tickets: Sequence[int],
         failed: Sequence[int] = (),
     ) -> None:
-        """Tag shared ``slots[k]`` with ``lengths[k]`` and ``tickets[k]``, but the ``failed`` k."""
+        """Tag shared ``slots[k]`` with ``lengths[k]`` and ``tickets[k]``, but the ``failed`` k.
+
+        Bad columns raise naming them, with nothing tagged.
+        """
+        slot_list = _indices("slots", slots, self._shared_slots)
+        columns = (int_column("lengths", lengths), int_column("tickets", tickets))
+        one_length(
+            {"slots": len(slot_list), "lengths": len(columns[0]), "tickets": len(columns[1])}
+        )
+        self._commit_shared(slot_list, *columns, _indices("failed", failed, len(slot_list)))
+
+    def forget_shared(self, slots: Sequence[int]) -> None:
+        """Mark the shared ``slots`` as holding nothing (a failed save, a copy that raised)."""
+        self._forget_shared(_indices("slots", slots, self._shared_slots))
+
+    def _commit_shared(
+        self,
+        slots: Sequence[int],
+        lengths: Sequence[int],
+        tickets: Sequence[int],
+        failed: Sequence[int] = (),
+    ) -> None:
         held_lengths, held_tickets = self._shared_lengths, self._shared_tickets
         for slot, length, ticket in zip(slots, lengths, tickets, strict=True):
             held_lengths[slot] = length
             held_tickets[slot] = ticket
-        self.forget_shared([slots[k] for k in failed])
+        self._forget_shared([slots[k] for k in failed])
 
-    def forget_shared(self, slots: Sequence[int]) -> None:
-        """Mark the shared ``slots`` as holding nothing (a failed save, a copy that raised)."""
+    def _forget_shared(self, slots: Sequence[int]) -> None:
         for slot in slots:
             self._shared_lengths[slot] = self._shared_tickets[slot] = None
 
