@@ -369,3 +369,17 @@ def test_speculative_names_a_model_whose_multi_token_cached_forward_is_broken(
         == expected
     )
     assert _backtrack(broken, ids).sequences.tolist() == expected
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "alone"),
+    [({"capacity": 4}, "capacity"), ({"is_boundary": {7}}, "is_boundary")],
+)
+def test_speculative_boundary_snapshots_need_both_capacity_and_a_predicate(
+    kwargs: dict[str, object], alone: str
+) -> None:
+    """Either alone kept no snapshot and said nothing (SPEC 15: no keyword swallowed)."""
+    with pytest.raises(InvalidArgumentError, match=f"'{alone}' keeps boundary snapshots only"):
+        speculative_generate(model(), PROMPT, max_new_tokens=4, **kwargs)  # type: ignore[arg-type]
+    result = speculative_generate(model(), PROMPT, max_new_tokens=4, capacity=4, is_boundary={7})
+    assert result.sequences.shape[1] == PROMPT.shape[1] + 4

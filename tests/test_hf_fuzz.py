@@ -239,7 +239,19 @@ def check(decoder: Callable[..., GenerationResult], call: dict[str, Arg], odd: s
 @given(data=st.data())
 def test_speculative_keywords_decode_greedily_or_are_named(data: st.DataObject) -> None:
     call, odd = draw_call(data, SPECULATIVE, REQUIRED["speculative"])
-    check(speculative_generate, call, odd)
+    check(speculative_generate, paired(call, odd), odd)
+
+
+def paired(call: dict[str, Arg], odd: str | None) -> dict[str, Arg]:
+    """``capacity`` > 0 and ``is_boundary`` go together (either alone is refused, tested on
+    its own): give a call the one it lacks, unless that one is the odd keyword."""
+    capacity = call.get("capacity", Arg(0, "ok")).value != 0
+    boundary = call.get("is_boundary", Arg(None, "ok")).value is not None
+    if capacity and not boundary and odd != "capacity":
+        return {**call, "is_boundary": BOUNDARY_OK[1]}
+    if (boundary or odd == "is_boundary") and not capacity and odd != "capacity":
+        return {**call, "capacity": Arg(2, "ok")}
+    return call
 
 
 @settings(max_examples=EXAMPLES, deadline=None)

@@ -143,6 +143,12 @@ def speculative_generate(
         k_max = check_non_negative_int("num_draft_tokens", num_draft_tokens)
         # A ring never holds more boundaries than the output has positions (one past the cut).
         slots = min(check_non_negative_int("capacity", capacity), max_new_tokens + 1)
+        if (capacity > 0) != (is_boundary is not None):  # one without the other does nothing
+            alone, needs = ("capacity", "is_boundary") if capacity else ("is_boundary", "capacity")
+            raise InvalidArgumentError(
+                f"'{alone}' keeps boundary snapshots only with '{needs}' (a predicate and "
+                f"slots > 0): pass both, or neither"
+            )
         eos = eos_ids(eos_token_id, passed.eos_token_id, vocab)
         pad = pad_id(pad_token_id, passed.pad_token_id, eos)
         boundary = (
