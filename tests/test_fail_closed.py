@@ -529,3 +529,14 @@ def test_retire_disputed_refuses_an_error_that_is_no_agreement_error(error: obje
     with pytest.raises(InvalidArgumentTypeError, match="'error' must be the AgreementError"):
         retire_disputed([ring], error)  # type: ignore[arg-type]
     assert ring.snapshot_positions() == (1,)
+
+
+def test_a_failed_save_whose_rings_entry_is_no_ring_is_named() -> None:
+    """The rings are looked at only for a failed save: one that is no ring raised
+    AttributeError there; now a named error (the step's copies before it had run)."""
+    pool = FakeSnapshotPool(2, 1)
+    pool.fail_when(lambda save: True)
+    with pytest.raises(InvalidArgumentTypeError, match=r"'rings\[0\]' must be an SsmDecodeRing"):
+        apply_effects(pool, [SsmSnapshotSave(0, 0, 1, 5)], ["x", "y"])  # type: ignore[list-item]
+    outcome = apply_effects(pool, [SsmSnapshotSave(0, 0, 1, 6)], [None, None])  # type: ignore[list-item]
+    assert [save.ticket for save in outcome.failed] == [6]  # no ring to discard it from

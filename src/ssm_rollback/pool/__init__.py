@@ -211,12 +211,17 @@ def _staged_counts(
     return lambda what: verify_buffers(pool, what).intermediate_count
 
 
-def _forget(ring: SsmDecodeRing | None, save: SsmSnapshotSave) -> None:
+def _forget(ring: object, save: SsmSnapshotSave) -> None:
     # The ring may already have moved on (a rollback truncated the entry, a
     # later record took the slot): then nothing points at what the failed save
     # was for, and there is nothing to forget.
     if ring is None:
         return
+    if type(ring) is not SsmDecodeRing:  # looked at only here: a failed save is rare
+        raise InvalidArgumentTypeError(
+            f"'rings[{save.seq}]' must be an SsmDecodeRing (or None) to discard the failed "
+            f"{save!r} from, got {type(ring).__name__}; the step's copies before it ran"
+        )
     entry = ring.entry_for(save.token_position)
     if entry is not None and entry.ticket == save.ticket and entry.snapshot_slot == save.slot:
         ring.discard(save.token_position)
