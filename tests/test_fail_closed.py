@@ -7,7 +7,8 @@ container or fails, a 0-d array where a column belongs, a column generator that 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import enum
+from collections.abc import Callable, Iterator, Mapping
 from functools import partial
 
 import numpy as np
@@ -20,6 +21,7 @@ from ssm_rollback import (
     PrefixSnapshotIndex,
     SaveBatch,
     SsmDecodeRing,
+    SsmRollbackError,
     SsmSnapshotRestore,
     SsmSnapshotSave,
     SsmStateAccept,
@@ -28,6 +30,7 @@ from ssm_rollback import (
     apply_effects,
     commit_verified,
     commit_verified_batch,
+    effect_from_dict,
     snapshot_boundaries,
 )
 from ssm_rollback._errors import InvalidArgumentTypeError
@@ -540,3 +543,71 @@ def test_a_failed_save_whose_rings_entry_is_no_ring_is_named() -> None:
         apply_effects(pool, [SsmSnapshotSave(0, 0, 1, 5)], ["x", "y"])  # type: ignore[list-item]
     outcome = apply_effects(pool, [SsmSnapshotSave(0, 0, 1, 6)], [None, None])  # type: ignore[list-item]
     assert [save.ticket for save in outcome.failed] == [6]  # no ring to discard it from
+
+
+def test_an_int_column_of_int_subclasses_is_taken_as_plain_ints() -> None:
+    """An IntEnum passed every element check and then hit ``AssertionError``; a single int
+    argument already took its plain value, and a column does the same now."""
+
+    class Row(enum.IntEnum):
+        FIRST = 0
+        SECOND = 1
+
+    batch = SaveBatch([Row.SECOND], [0], [3], [7])
+    assert batch.seqs == (1,)
+    assert type(batch.seqs[0]) is int
+    rings = [SsmDecodeRing(2), SsmDecodeRing(2)]
+    saves = snapshot_boundaries(
+        rings, positions=[Row.SECOND, Row.SECOND], is_boundary=[True, True], in_thinking=[False] * 2
+    )
+    assert saves.positions == (1, 1)
+
+
+HUGE = 10**5000  # past str()'s 4,300-digit limit: printing it raised ValueError
+
+
+def _deep(levels: int) -> list[object]:
+    """A list nested ``levels`` deep: past the recursion limit, its repr raised."""
+    value: list[object] = []
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: SsmDecodeRing(-HUGE), "'capacity' must be an int >= 0, got a negative int of"),
+        (lambda: SsmDecodeRing(2).discard(HUGE), "got an int of 16,610 bits"),
+        (lambda: SaveBatch([-HUGE], [0], [0], [0]), r"'seqs\[0\]' .* a negative int of 16,610"),
+        (lambda: FakeSnapshotPool(1, 2).stored_ticket(HUGE, 0), "got an int of 16,610 bits"),
+        (lambda: PrefixSnapshotIndex(-HUGE), "'capacity' must be an int >= 0, got a negative"),
+        (
+            lambda: SsmSnapshotSave(_deep(100_000), 0, 0, 0),  # type: ignore[arg-type]
+            "'seq' must be an int >= 0, got a list nested too deep to print",
+        ),
+    ],
+)
+def test_a_value_too_large_or_deep_to_print_is_described_in_the_error(
+    call: Callable[[], object], match: str
+) -> None:
+    with pytest.raises(SsmRollbackError, match=match):
+        call()
+
+
+def test_an_effect_dict_with_unorderable_extra_keys_or_that_fails_to_read_is_named() -> None:
+    with pytest.raises(InvalidArgumentError, match=r"unexpected \['x', 1\]"):
+        effect_from_dict({"kind": "ssm_state_accept", "seq": 1, "index": 2, 1: 0, "x": 0})  # type: ignore[dict-item]
+
+    class Locked(Mapping[str, object]):
+        def __getitem__(self, key: str) -> object:
+            raise RuntimeError("locked")
+
+        def __iter__(self) -> Iterator[str]:
+            return iter(["kind"])
+
+        def __len__(self) -> int:
+            return 1
+
+    with pytest.raises(InvalidArgumentError, match="reading it raised RuntimeError: locked"):
+        effect_from_dict(Locked())

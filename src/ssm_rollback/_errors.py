@@ -65,11 +65,27 @@ class StaleSnapshotError(SsmRollbackError, RuntimeError):
 _INT_EXPECTED: Final = "an int >= 0"
 
 
+#: The longest rendering of a given value an error message quotes.
+_SHOWN = 200
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` for an error message, cut at 200 characters; an int past ``str()``'s
+    digit limit or a value nested past the recursion limit is described, never raised on."""
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):
+        if isinstance(value, int):
+            return f"{'a negative' if value < 0 else 'an'} int of {abs(value).bit_length():,} bits"
+        return f"a {type(value).__name__} nested too deep to print"
+    return text if len(text) <= _SHOWN else f"{text[:_SHOWN]}..."
+
+
 def describe(value: object) -> str:
     """Render a given value for an error message: its repr and, if telling, its type."""
     if isinstance(value, bool) or not isinstance(value, int):
-        return f"{value!r} of type {type(value).__name__}"
-    return repr(value)
+        return f"{shown(value)} of type {type(value).__name__}"
+    return shown(value)
 
 
 def check_non_negative_int(name: str, value: object) -> int:
@@ -81,4 +97,4 @@ def check_non_negative_int(name: str, value: object) -> int:
         raise InvalidArgumentTypeError(f"'{name}' must be {_INT_EXPECTED}, got {describe(value)}")
     elif value >= 0:  # an int subclass (an IntEnum, say): keep its plain value
         return int(value)
-    raise InvalidArgumentError(f"'{name}' must be {_INT_EXPECTED}, got {value!r}")
+    raise InvalidArgumentError(f"'{name}' must be {_INT_EXPECTED}, got {shown(value)}")

@@ -12,7 +12,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final, TypeAlias
 
-from .._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int
+from .._errors import (
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    check_non_negative_int,
+    describe,
+    shown,
+)
 from .effects import (
     SsmPrefixRestore,
     SsmPrefixSave,
@@ -53,7 +59,7 @@ def _keys(d: Mapping[str, object], fields: tuple[str, ...]) -> None:
     keys = set(d) - {"kind"}
     if keys != set(fields):
         missing = sorted(set(fields) - keys)
-        extra = sorted(keys - set(fields))
+        extra = sorted(keys - set(fields), key=repr)  # keys of any type: ordered by repr
         raise InvalidArgumentError(
             f"'d' must have exactly the keys 'kind', {', '.join(map(repr, fields))}; "
             f"missing {missing}, unexpected {extra}"
@@ -99,8 +105,15 @@ def effect_from_dict(d: Mapping[str, object]) -> Effect:
     """Rebuild an effect from ``effect.to_dict()``; bad input: ``InvalidArgumentError``."""
     if not isinstance(d, Mapping):
         raise InvalidArgumentTypeError(
-            f"'d' must be a mapping from effect.to_dict(), got {d!r} of type {type(d).__name__}"
+            f"'d' must be a mapping from effect.to_dict(), got {describe(d)}"
         )
+    try:  # read once, into a plain dict: a mapping that fails to read is named as ours
+        d = dict(d)
+    except Exception as error:
+        raise InvalidArgumentError(
+            f"'d' must be a mapping from effect.to_dict(), but reading it raised "
+            f"{type(error).__name__}: {error}"
+        ) from error
     kind = d.get("kind")
     if kind == SsmSnapshotSave.kind:
         _keys(d, (*_SNAPSHOT_FIELDS, "source"))
@@ -121,4 +134,4 @@ def effect_from_dict(d: Mapping[str, object]) -> Effect:
         _keys(d, _PREFIX_FIELDS)
         prefix = SsmPrefixSave if kind == SsmPrefixSave.kind else SsmPrefixRestore
         return prefix(*_ints(d, _PREFIX_FIELDS))
-    raise InvalidArgumentError(f"'d[\"kind\"]' must be one of {sorted(_KINDS)}, got {kind!r}")
+    raise InvalidArgumentError(f"'d[\"kind\"]' must be one of {sorted(_KINDS)}, got {shown(kind)}")

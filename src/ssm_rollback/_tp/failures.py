@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from .._errors import InvalidArgumentError, SsmRollbackError, check_non_negative_int
+from .._errors import InvalidArgumentError, SsmRollbackError, check_non_negative_int, shown
 
 __all__ = ["INVALID", "DistributedError", "lost", "src_refusal", "src_word"]
 
@@ -54,7 +54,7 @@ def src_word(src: object) -> tuple[int, InvalidArgumentError | None]:
     except InvalidArgumentError as error:
         return INVALID, error
     if value > _MAX_INT64:
-        return INVALID, InvalidArgumentError(f"'src' must be a rank (an int64), got {value}")
+        return INVALID, InvalidArgumentError(f"'src' must be a rank (an int64), got {shown(value)}")
     return value, None
 
 

@@ -46,7 +46,7 @@ from .._core.effects import (
     SsmStateAccept,
 )
 from .._core.save_batch import SaveBatch
-from .._errors import InvalidArgumentError, InvalidArgumentTypeError, SsmRollbackError
+from .._errors import InvalidArgumentError, InvalidArgumentTypeError, SsmRollbackError, shown
 from . import wire_values as values
 
 __all__ = [
@@ -180,7 +180,7 @@ def out_of_range(words: list[int]) -> InvalidArgumentTypeError | None:
         return None
     at = next(k for k, word in enumerate(words) if not ~_MAX_WORD <= word <= _MAX_WORD)
     return InvalidArgumentTypeError(
-        f"'effects' must hold values that fit int64, got {words[at]} at word {at}"
+        f"'effects' must hold values that fit int64, got {shown(words[at])} at word {at}"
     )
 
 

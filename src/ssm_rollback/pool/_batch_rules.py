@@ -44,7 +44,7 @@ from typing import NoReturn
 
 from .._core.effect_dict import SaveBatch, SsmSnapshotRestore, SsmSnapshotSave, SsmStateAccept
 from .._core.save_batch import LIVE
-from .._errors import InvalidArgumentError, StaleSnapshotError
+from .._errors import InvalidArgumentError, StaleSnapshotError, shown
 from ._batch_values import (
     ACCEPTS,
     RESTORES,
@@ -233,12 +233,13 @@ class BatchChecks:
         """Rule 1, naming ``seq_name`` or ``slot_name`` (``None``: no slot to check)."""
         if seq >= self._num_sequences:
             raise InvalidArgumentError(
-                f"'{seq_name}' must be < the pool's num_sequences {self._num_sequences}, got {seq}"
+                f"'{seq_name}' must be < the pool's num_sequences {self._num_sequences}, "
+                f"got {shown(seq)}"
             )
         if slot_name is not None and slot >= self._slots_per_sequence:
             raise InvalidArgumentError(
                 f"'{slot_name}' must be < the pool's slots_per_sequence "
-                f"{self._slots_per_sequence}, got {slot}"
+                f"{self._slots_per_sequence}, got {shown(slot)}"
             )
 
     def _name_bad(

@@ -66,6 +66,7 @@ from ..._errors import (
     OutOfOrderError,
     UnknownSnapshotError,
     check_non_negative_int,
+    shown,
 )
 from ._tickets import mint_ticket
 
@@ -254,7 +255,7 @@ class SsmDecodeRing:
         if slot is None:
             raise UnknownSnapshotError(
                 f"'token_position' must be a live snapshot position "
-                f"({_summarise(self.snapshot_positions())}), got {position}"
+                f"({_summarise(self.snapshot_positions())}), got {shown(position)}"
             )
         self._positions[slot] = _EMPTY
         if position == self._newest:
