@@ -290,3 +290,20 @@ def test_only_a_batch_the_library_built_is_trusted_to_be_distinct() -> None:
     assert pool.stored_ticket(0, 0) is None
     pool.save(built)
     assert [pool.stored_ticket(s, 0) for s in range(3)] == list(built.tickets)
+
+
+def test_a_third_party_pool_gets_no_sources_column_when_every_save_reads_the_live_state() -> None:
+    """Single saves from the live state reach the pool as one batch without ``sources``:
+    a pool that only copies live states never sees an intermediate column."""
+    received: list[SaveBatch] = []
+
+    class Recording(PlainPool):
+        def save(self, saves: Sequence[SsmSnapshotSave] | SaveBatch, /) -> SaveOutcome:
+            assert isinstance(saves, SaveBatch)
+            received.append(saves)
+            return super().save(saves)
+
+    pool = Recording(2, 2)
+    rings = [SsmDecodeRing(2), SsmDecodeRing(2)]
+    apply_effects(pool, [Save(0, 0, 1, 1), Save(1, 1, 2, 2)], rings)
+    assert [batch.sources for batch in received] == [None]

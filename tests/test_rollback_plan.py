@@ -3,6 +3,8 @@ truncates the ring to the plan; the grammar transaction plans once and commits t
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -108,8 +110,24 @@ def test_a_plan_built_by_hand_to_another_shape_is_refused_and_changes_nothing() 
         with pytest.raises(InvalidArgumentError, match="'plan' must be a RollbackPlan from plan_"):
             commit_rollback(ring, plan)
         assert ring.snapshot_positions() == (2, 5, 9)
+    elsewhere = SsmSnapshotRestore(0, (entry.snapshot_slot + 1) % 3, 5, entry.ticket)
+    with pytest.raises(StaleSnapshotError, match="'plan' must still fit the ring"):
+        commit_rollback(ring, RollbackPlan(0, 5, 7, (elsewhere,)))  # its ticket, another slot
+    assert ring.snapshot_positions() == (2, 5, 9)
     commit_rollback(ring, RollbackPlan(0, 5, 7, (at_5,)))  # one of the shape plan_rollback makes
     assert ring.snapshot_positions() == (2, 5)
+
+
+def test_commit_takes_only_a_ring_not_one_alike() -> None:
+    """Something with a ``truncate_after`` is not a ring: refused, its method never called."""
+    ring = _ring(2, [3, 6])
+    plan = plan_rollback(ring, [3, 6], seq=0, current_len=8)
+    assert isinstance(plan, RollbackPlan)
+    calls: list[int] = []
+    alike = SimpleNamespace(truncate_after=calls.append, entry_for=ring.entry_for)
+    with pytest.raises(InvalidArgumentError, match="'ring' must be an SsmDecodeRing"):
+        commit_rollback(alike, plan)  # type: ignore[arg-type]
+    assert calls == []
 
 
 @pytest.mark.parametrize(

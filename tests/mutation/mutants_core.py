@@ -360,7 +360,7 @@ CORE_MUTANTS: tuple[Mutant, ...] = (
         SAVE_BATCH,
         "None if sources is None or set(sources) <= {LIVE} else tuple(sources),",
         "None if sources is None else tuple(sources),",
-        BATCH_TESTS,
+        (*BATCH_TESTS, "tests/test_pool_checks_once.py"),
     ),
     mutant(
         "sb_trusted_distinct_dropped",
