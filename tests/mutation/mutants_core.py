@@ -361,6 +361,12 @@ CORE_MUTANTS: tuple[Mutant, ...] = (
         "None if sources is None or set(sources) <= {LIVE} else tuple(sources),",
         "None if sources is None else tuple(sources),",
         (*BATCH_TESTS, "tests/test_pool_checks_once.py"),
+        equivalent=(
+            "no caller passes an all-LIVE column: the pool checks turn one into None "
+            "(_check_save_columns) before apply_effects builds a batch, and a verify "
+            "step's saves each read an intermediate state; the test of a third-party "
+            "pool's live saves shows the column arrives as None"
+        ),
     ),
     mutant(
         "sb_trusted_distinct_dropped",
