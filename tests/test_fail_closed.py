@@ -611,3 +611,25 @@ def test_an_effect_dict_with_unorderable_extra_keys_or_that_fails_to_read_is_nam
 
     with pytest.raises(InvalidArgumentError, match="reading it raised RuntimeError: locked"):
         effect_from_dict(Locked())
+
+
+def test_retire_disputed_checks_every_dispute_and_ring_before_discarding_any() -> None:
+    """A dispute of seq -1 retired the last row's entry (a Python index from the end); a
+    ring that is no ring raised AttributeError after the first ring was already changed."""
+    from ssm_rollback.distributed import AgreementError, SlotDispute, retire_disputed
+
+    first, last = SsmDecodeRing(2), SsmDecodeRing(2)
+    first.record(10)
+    last.record(20)
+    (a,), (b,) = first.entries, last.entries
+    cases: list[tuple[object, tuple[object, ...], str]] = [
+        ([first, last], (SlotDispute(-1, b.snapshot_slot, (b.ticket,)),), r"disputes\[0\]\.seq"),
+        ([first, "x"], (SlotDispute(0, 0, (a.ticket,)), SlotDispute(1, 0, (5,))), r"'rings\[1\]'"),
+        ([first, last], (SlotDispute(0, 0, (a.ticket,)), 5), r"'error\.disputes\[1\]' must be"),
+        (None, (SlotDispute(0, 0, (a.ticket,)),), "'rings' must be a sequence"),
+    ]
+    for rings, disputes, match in cases:
+        error = AgreementError("ranks disagree", 1, disputes)  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgumentError, match=match):
+            retire_disputed(rings, error)  # type: ignore[arg-type]
+        assert (first.entries, last.entries) == ((a,), (b,))

@@ -26,7 +26,7 @@ HF_DECODER_TESTS = (
 SPEC_TESTS = HF_DECODER_TESTS
 SPEC_SELECT: tuple[str, ...] = ()
 # The multi-rank fault runs take minutes: the scheduler's answer is tested in one process.
-AGREEMENT_TESTS = (GAPS,)
+AGREEMENT_TESTS = (GAPS, "tests/test_fail_closed.py")
 AGREEMENT_SELECT = ("-k", "retire")
 
 
@@ -127,10 +127,18 @@ HF_TP_MUTANTS: tuple[Mutant, ...] = (
         "if entry is not None and entry.ticket in d.tickets:",
         "if entry is not None:",
     ),
-    _a(
-        "agreement_retire_row_bound_inclusive",
-        "return rings[seq] if seq < len(rings) else None",
-        "return rings[seq] if seq <= len(rings) else None",
+    mutant(
+        "agreement_retire_row_bound_inclusive",  # the rings lookup apply_effects shares
+        "pool/_runs.py",
+        "return lambda seq: rings[seq] if seq < count else None",
+        "return lambda seq: rings[seq] if seq <= count else None",
+        AGREEMENT_TESTS,
+        *AGREEMENT_SELECT,
     ),
-    _a("agreement_retire_not_discarded", "            ring.discard(entry.token_position)\n", ""),
+    _a("agreement_retire_not_discarded", "        ring.discard(entry.token_position)\n", ""),
+    _a(
+        "agreement_retire_negative_seq_ok",
+        '        seq = check_non_negative_int(f"error.disputes[{i}].seq", d.seq)\n',
+        "        seq = d.seq\n",
+    ),
 )

@@ -10,7 +10,7 @@ slots; ``retire_disputed`` is the scheduler's answer to its
 from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping, Sequence
-from typing import Final, cast
+from typing import Final, TypeVar, cast
 
 import attrs
 import torch
@@ -18,8 +18,9 @@ import torch.distributed as dist
 
 from .._core.prefix import PrefixSnapshotIndex
 from .._core.ring import SsmDecodeRing, SsmRingEntry
-from .._errors import InvalidArgumentTypeError, InvariantError
+from .._errors import InvalidArgumentTypeError, InvariantError, check_non_negative_int, describe
 from ..pool import Rings, SharedSnapshotPool, SnapshotPool
+from ..pool._runs import ring_lookup
 from .failures import lost
 from .groups import group_active, group_device, group_label
 
@@ -253,23 +254,46 @@ def retire_disputed(
             f"'prefix_index' must be a PrefixSnapshotIndex or None, got "
             f"{type(prefix_index).__name__}"
         )
-    retired = []
-    for d in error.disputes:
-        ring = rings.get(d.seq) if isinstance(rings, Mapping) else _row(rings, d.seq)
+    # Everything checked before the first discard: a bad dispute or ring changes nothing.
+    ring_for = ring_lookup(rings)
+    doomed: list[tuple[SsmDecodeRing, SsmRingEntry]] = []
+    for i, d in enumerate(_checked_disputes(error.disputes, SlotDispute, "disputes")):
+        seq = check_non_negative_int(f"error.disputes[{i}].seq", d.seq)
+        ring = ring_for(seq)
         if ring is None:
             continue
+        if type(ring) is not SsmDecodeRing:
+            raise InvalidArgumentTypeError(
+                f"'rings[{seq}]' must be an SsmDecodeRing (or None), got {type(ring).__name__}"
+            )
         entry = next((e for e in ring.entries if e.snapshot_slot == d.slot), None)
         if entry is not None and entry.ticket in d.tickets:
-            ring.discard(entry.token_position)
-            retired.append(entry)
-    if prefix_index is not None and error.shared_disputes:
+            doomed.append((ring, entry))
+    shared = _checked_disputes(error.shared_disputes, SharedSlotDispute, "shared_disputes")
+    for ring, entry in doomed:
+        ring.discard(entry.token_position)
+    if prefix_index is not None and shared:
         by_slot = {e.slot: e for e in prefix_index.entries()}
-        for sd in error.shared_disputes:
+        for sd in shared:
             shared_entry = by_slot.get(sd.slot)
             if shared_entry is not None and shared_entry.ticket in sd.tickets:
                 prefix_index.discard(shared_entry)
-    return tuple(retired)
+    return tuple(entry for _, entry in doomed)
 
 
-def _row(rings: Sequence[SsmDecodeRing], seq: int) -> SsmDecodeRing | None:
-    return rings[seq] if seq < len(rings) else None
+_D = TypeVar("_D", SlotDispute, SharedSlotDispute)
+
+
+def _checked_disputes(disputes: object, kind: type[_D], name: str) -> tuple[_D, ...]:
+    """``error.<name>`` as a tuple of ``kind``, each with an int slot and a tuple of tickets."""
+    if type(disputes) is not tuple:
+        raise InvalidArgumentTypeError(
+            f"'error.{name}' must be a tuple of {kind.__name__}, got {type(disputes).__name__}"
+        )
+    for i, d in enumerate(cast(tuple[object, ...], disputes)):
+        if type(d) is not kind or type(d.tickets) is not tuple:
+            raise InvalidArgumentTypeError(
+                f"'error.{name}[{i}]' must be a {kind.__name__}, got {describe(d)}"
+            )
+        check_non_negative_int(f"error.{name}[{i}].slot", d.slot)
+    return cast(tuple[_D, ...], disputes)
