@@ -633,3 +633,28 @@ def test_retire_disputed_checks_every_dispute_and_ring_before_discarding_any() -
         with pytest.raises(InvalidArgumentError, match=match):
             retire_disputed(rings, error)  # type: ignore[arg-type]
         assert (first.entries, last.entries) == ((a,), (b,))
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda d: d.check_agreement(None), "'pool' must be a SnapshotPool"),
+        (lambda d: d.check_agreement(FakeSnapshotPool(1, 1), known=5), "'known' must be a dict"),
+        (lambda d: d.check_agreement(FakeSnapshotPool(1, 1), group="x"), "'group' must be a"),
+        (lambda d: d.broadcast_effects([], src=0, group="junk"), "'group' must be a"),
+        (
+            lambda d: d.broadcast_effects((1 // 0 for _ in [1]), src=0),
+            "iterating 'effects' raised ZeroDivisionError",
+        ),
+    ],
+)
+def test_the_distributed_calls_check_their_arguments_on_one_rank_too(
+    call: Callable[[object], object], match: str
+) -> None:
+    """Without a process group, check_agreement returned None for anything and a junk group
+    was ignored; a broken effects iterable raised ZeroDivisionError, not the error the
+    ranks of a group raise for it."""
+    from ssm_rollback import distributed
+
+    with pytest.raises(InvalidArgumentError, match=match):
+        call(distributed)

@@ -108,7 +108,7 @@ def broadcast_effects(
             raise InvalidArgumentError(
                 f"'src' must be 0 without an initialised process group (one rank), got {src}"
             )
-        return _wire.decode(_wire.encode(() if effects is None else effects))
+        return _wire.decode(_wire.encode_given(effects))
     return _wire_channel.step(effects, src=word, error=error, group=group)
 
 

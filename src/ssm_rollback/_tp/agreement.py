@@ -19,7 +19,7 @@ import torch.distributed as dist
 from .._core.prefix import PrefixSnapshotIndex
 from .._core.ring import SsmDecodeRing, SsmRingEntry
 from .._errors import InvalidArgumentTypeError, InvariantError, check_non_negative_int, describe
-from ..pool import Rings, SharedSnapshotPool, SnapshotPool
+from ..pool import Rings, SharedSnapshotPool, SnapshotPool, _check_pool
 from ..pool._runs import ring_lookup
 from .failures import lost
 from .groups import group_active, group_device, group_label
@@ -159,6 +159,12 @@ def check_agreement(
     A peer that died, or did not call within the group's timeout, is
     ``DistributedError`` (naming the group; the backend does not say which rank).
     """
+    # The same checks on one rank as on many, before any collective.
+    pool = _check_pool(pool)
+    if known is not None and not isinstance(known, MutableMapping):
+        raise InvalidArgumentTypeError(
+            f"'known' must be a dict kept from call to call, or None, got {type(known).__name__}"
+        )
     if not group_active(group):
         return
     shared = _shared_slots(pool)

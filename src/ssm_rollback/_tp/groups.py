@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from .._errors import InvalidArgumentError
+from .._errors import InvalidArgumentError, InvalidArgumentTypeError
 from . import wire as _wire
 from .failures import lost, src_refusal
 
@@ -34,7 +34,18 @@ def _backends(config: str) -> dict[str, str]:
 
 
 def group_active(group: dist.ProcessGroup | None) -> bool:
-    """Whether collectives run at all: without an initialised process group, one rank."""
+    """Whether collectives run at all: without an initialised process group, one rank.
+
+    A ``group`` that is no ``ProcessGroup`` is refused here, with a group or without
+    (``new_group`` hands a rank outside the group its ``NON_GROUP_MEMBER`` marker: taken).
+    """
+    if group is not None and not (
+        dist.is_available()
+        and (isinstance(group, dist.ProcessGroup) or group is dist.GroupMember.NON_GROUP_MEMBER)
+    ):
+        raise InvalidArgumentTypeError(
+            f"'group' must be a torch.distributed ProcessGroup or None, got {type(group).__name__}"
+        )
     return dist.is_available() and dist.is_initialized()
 
 

@@ -145,6 +145,17 @@ def encode(effects: Iterable[Effect], *, ranged: bool = True) -> list[int]:
     return words
 
 
+def encode_given(effects: Iterable[Effect] | None, *, ranged: bool = True) -> list[int]:
+    """``encode`` of the caller's effects (``None``: none); an iterable that breaks is named."""
+    try:
+        return encode(() if effects is None else effects, ranged=ranged)
+    except SsmRollbackError:
+        raise
+    except Exception as error:  # the caller's iterable broke: refused on every rank, no hang
+        kind = type(error).__name__
+        raise InvalidArgumentError(f"iterating 'effects' raised {kind}: {error}") from error
+
+
 def sender_words(
     effects: Iterable[Effect] | None, limit: int
 ) -> tuple[SsmRollbackError | None, list[int]]:
@@ -154,12 +165,9 @@ def sender_words(
     hear of it. The range check is left to the caller's packing (``out_of_range``).
     """
     try:
-        words = encode(() if effects is None else effects, ranged=False)
+        words = encode_given(effects, ranged=False)
     except SsmRollbackError as error:
         return refusal(error)
-    except Exception as error:  # the caller's iterable broke: refused on every rank, no hang
-        kind = type(error).__name__
-        return refusal(InvalidArgumentError(f"iterating 'effects' raised {kind}: {error}"))
     if len(words) > limit:
         return refusal(
             InvalidArgumentError(

@@ -53,6 +53,7 @@ __all__ = [
 
 
 def _check_pool(pool: object) -> SnapshotPool:
+    """``pool`` as a ``SnapshotPool`` (its four methods callable); else raise naming it."""
     for member in ("save", "restore", "stored_position", "stored_ticket"):
         if not callable(getattr(pool, member, None)):
             raise InvalidArgumentTypeError(
