@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 
 from ssm_rollback import InvalidArgumentError
-from ssm_rollback.distributed import shard_of
+from ssm_rollback.distributed import shard_live_states, shard_of, shard_pool
 from ssm_rollback.reserve import state_spec_from_hf_config
 
 # A small Nemotron-H whose config leaves n_groups out: NemotronHConfig's default is 8.
@@ -67,3 +69,39 @@ def test_a_shard_of_a_rank_outside_the_group_is_refused_naming_it(rank: int) -> 
     full = torch.zeros(1, 72)
     with pytest.raises(InvalidArgumentError, match="'rank' must be"):
         shard_of(full, {**_NEMOTRON_H, "n_groups": 1}, tensor="conv", rank=rank, tp_size=4, dim=1)
+
+
+# Untyped handles: the cases below pass what the signatures refuse.
+_shard_of: Callable[..., object] = shard_of  # type: ignore[explicit-any]
+_shard_pool: Callable[..., object] = shard_pool  # type: ignore[explicit-any]
+
+
+def _conv() -> torch.Tensor:
+    spec = state_spec_from_hf_config({**_NEMOTRON_H, "n_groups": 1})
+    return torch.zeros(2, spec.layers[0].tensors[0].shape[0], 3)
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        # Each raised a foreign error: AttributeError, TypeError, IndexError, unhashable.
+        (lambda c: _shard_of([1, 2], c, tensor="conv", rank=0, tp_size=1, dim=0), "'full' must"),
+        (lambda c: _shard_of(_conv(), c, tensor="conv", rank=0, tp_size=1, dim="x"), "'dim'"),
+        (lambda c: _shard_of(_conv(), c, tensor="conv", rank=0, tp_size=1, dim=True), "'dim'"),
+        (
+            lambda c: _shard_of(_conv(), c, tensor="conv", rank=0, tp_size=1, dim=9),
+            "'dim' must be a",
+        ),
+        (lambda c: _shard_of(_conv(), c, tensor=[], rank=0, tp_size=1, dim=1), "'tensor' must be"),
+        (lambda c: _shard_pool(None, c, 2, tp_size=1), "'live_states' must be a sequence"),
+        (lambda c: _shard_pool([1, 2], c, 2, tp_size=1), r"'live_states\[0\]' must be a torch"),
+        (lambda c: _shard_pool({0: _conv()}, c, 2, tp_size=1), "'live_states' must be a sequence"),
+        (lambda c: shard_live_states(c, num_sequences=1, tp_size=1, device="nope"), "'device'"),
+        (lambda c: shard_live_states(c, num_sequences=2**40, tp_size=1), "could not be allocated"),
+    ],
+)
+def test_the_shard_helpers_name_a_bad_argument(
+    call: Callable[[object], object], match: str
+) -> None:
+    with pytest.raises(InvalidArgumentError, match=match):
+        call({**_NEMOTRON_H, "n_groups": 1})

@@ -12,7 +12,14 @@ from collections.abc import Mapping, Sequence
 import attrs
 import torch
 
-from .._errors import InvalidArgumentError, InvariantError, check_non_negative_int
+from .._errors import (
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    InvariantError,
+    check_non_negative_int,
+    describe,
+)
+from ..backends._torch_checks import check_live_states
 from ..backends.torch import TorchSnapshotPool
 from ..reserve import config_fields, state_spec_from_hf_config
 from ..reserve._families import MAMBA2_GROUPS
@@ -93,6 +100,15 @@ def shard_of(
     rank = check_non_negative_int("rank", rank)
     if not 0 <= rank < tp:
         raise InvalidArgumentError(f"'rank' must be in [0, tp_size {tp}), got {rank}")
+    if not isinstance(full, torch.Tensor):
+        raise InvalidArgumentTypeError(f"'full' must be a torch.Tensor, got {describe(full)}")
+    dim = check_non_negative_int("dim", dim)
+    if dim >= full.dim():
+        raise InvalidArgumentError(
+            f"'dim' must be a dim of 'full' (shape {tuple(full.shape)}), got {dim}"
+        )
+    if type(tensor) is not str:
+        raise InvalidArgumentTypeError(f"'tensor' must be a state's name, got {describe(tensor)}")
     kind, segments = _segments(config, tensor)
     if full.shape[dim] != sum(s.size for s in segments):
         raise InvalidArgumentError(
@@ -135,11 +151,21 @@ def shard_live_states(
     """
     rows = check_non_negative_int("num_sequences", num_sequences)
     spec = state_spec_from_hf_config(config, tp_size=tp_size, dtype=dtype)
+    try:
+        where = torch.device("cpu" if device is None else device)
+    except (RuntimeError, TypeError) as error:
+        raise InvalidArgumentError(f"'device' must name a torch device, got {device!r}") from error
     layers = len(spec.layers)
-    return tuple(
-        torch.zeros((layers, rows, *t.shape), dtype=_torch_dtype(t.dtype), device=device)
-        for t in spec.layers[0].tensors
-    )
+    try:
+        return tuple(
+            torch.zeros((layers, rows, *t.shape), dtype=_torch_dtype(t.dtype), device=where)
+            for t in spec.layers[0].tensors
+        )
+    except (RuntimeError, AssertionError, MemoryError) as error:  # no such device, or memory
+        raise InvalidArgumentError(
+            f"'num_sequences' {rows} rows of live state on 'device' {where} could not be "
+            f"allocated: {type(error).__name__}: {error}"
+        ) from error
 
 
 def shard_pool(
@@ -161,6 +187,7 @@ def shard_pool(
     ``shared_slots`` (the shared slots of prefix snapshots, SPEC 13: every
     rank holds its shard of each) as for ``TorchSnapshotPool``.
     """
+    check_live_states(live_states, 1)  # tensors, one device, rows on dim 1: before any shape
     spec = state_spec_from_hf_config(config, tp_size=tp_size)
     expected = [(len(spec.layers), *t.shape) for t in spec.layers[0].tensors]
     names = [t.name for t in spec.layers[0].tensors]
