@@ -46,6 +46,22 @@ def _indices(name: str, values: Sequence[int], bound: int) -> list[int]:
     return column
 
 
+def _tag_columns(
+    names: tuple[str, str],
+    bound: int,
+    where: Sequence[int],
+    values: Sequence[int],
+    tickets: Sequence[int],
+    failed: Sequence[int],
+) -> tuple[list[int], list[int], list[int], list[int]]:
+    """A public write's columns checked: slots in ``[0, bound)`` (named ``names[0]``), their
+    values (``names[1]``) and tickets, one length, and ``failed`` indices into them."""
+    where_list = _indices(names[0], where, bound)
+    value_list, ticket_list = int_column(names[1], values), int_column("tickets", tickets)
+    one_length({names[0]: len(where_list), names[1]: len(value_list), "tickets": len(ticket_list)})
+    return where_list, value_list, ticket_list, _indices("failed", failed, len(where_list))
+
+
 @final
 @attrs.define(eq=False, repr=False, on_setattr=attrs.setters.NO_OP)
 class SlotTags(SharedChecks):
@@ -139,12 +155,8 @@ class SlotTags(SharedChecks):
         failed save's slot holds nothing afterwards: it may be half written. Bad
         columns raise naming them, with nothing tagged.
         """
-        flat_list = _indices("flat", flat, len(self._positions))
-        columns = (int_column("positions", positions), int_column("tickets", tickets))
-        one_length(
-            {"flat": len(flat_list), "positions": len(columns[0]), "tickets": len(columns[1])}
-        )
-        self._commit(flat_list, *columns, _indices("failed", failed, len(flat_list)))
+        columns = (flat, positions, tickets, failed)
+        self._commit(*_tag_columns(("flat", "positions"), len(self._positions), *columns))
 
     def commit_accepts(self, rows: Sequence[int], tickets: Sequence[int | None]) -> None:
         """Record the tickets of accepts just copied: rule 7 refuses them, and older ones, again."""
@@ -220,12 +232,8 @@ class SlotTags(SharedChecks):
 
         Bad columns raise naming them, with nothing tagged.
         """
-        slot_list = _indices("slots", slots, self._shared_slots)
-        columns = (int_column("lengths", lengths), int_column("tickets", tickets))
-        one_length(
-            {"slots": len(slot_list), "lengths": len(columns[0]), "tickets": len(columns[1])}
-        )
-        self._commit_shared(slot_list, *columns, _indices("failed", failed, len(slot_list)))
+        columns = (slots, lengths, tickets, failed)
+        self._commit_shared(*_tag_columns(("slots", "lengths"), self._shared_slots, *columns))
 
     def forget_shared(self, slots: Sequence[int]) -> None:
         """Mark the shared ``slots`` as holding nothing (a failed save, a copy that raised)."""
