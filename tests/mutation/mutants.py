@@ -1746,8 +1746,8 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(
         "chan_encode_none_not_empty",
         WIRE,
-        "words = encode(() if effects is None else effects, ranged=False)",
-        "words = encode(effects, ranged=False)",
+        "return encode(() if effects is None else effects, ranged=ranged)",
+        "return encode(effects, ranged=ranged)",
         CHANNEL_TESTS,
     ),
     # _post: a value past int64, refused before the header promises more (rule 3)

@@ -532,9 +532,9 @@ MORE_MUTANTS: tuple[Mutant, ...] = (
     ),
     mutant(
         "distributed_one_rank_none_not_empty",
-        DISTRIBUTED_MOD,
-        "return _wire.decode(_wire.encode(() if effects is None else effects))",
-        "return _wire.decode(_wire.encode(effects))",
+        "_tp/wire.py",  # the one encode of the caller's effects, shared with the channel
+        "return encode(() if effects is None else effects, ranged=ranged)",
+        "return encode(effects, ranged=ranged)",
         SINGLE_RANK_TESTS,
         *SINGLE_RANK_SELECT,
     ),
