@@ -130,8 +130,8 @@ HF_TP_MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "agreement_retire_row_bound_inclusive",  # the rings lookup apply_effects shares
         "pool/_runs.py",
-        "return lambda seq: rings[seq] if seq < count else None",
-        "return lambda seq: rings[seq] if seq <= count else None",
+        "get = lambda seq: rings[seq] if seq < count else None  # noqa: E731",
+        "get = lambda seq: rings[seq] if seq <= count else None  # noqa: E731",
         AGREEMENT_TESTS,
         *AGREEMENT_SELECT,
     ),

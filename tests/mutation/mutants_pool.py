@@ -178,8 +178,14 @@ POOL_MUTANTS: tuple[Mutant, ...] = (
     _p(
         "ring_lookup_bound_inclusive",
         RUNS,
-        "return lambda seq: rings[seq] if seq < count else None",
-        "return lambda seq: rings[seq] if seq <= count else None",
+        "get = lambda seq: rings[seq] if seq < count else None  # noqa: E731",
+        "get = lambda seq: rings[seq] if seq <= count else None  # noqa: E731",
+    ),
+    _p(
+        "ring_lookup_takes_anything",
+        RUNS,
+        "        if ring is None or type(ring) is SsmDecodeRing:\n",
+        "        if True:\n",
     ),
     _p(
         "check_rings_mapping_trusted",

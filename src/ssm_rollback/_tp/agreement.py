@@ -268,10 +268,6 @@ def retire_disputed(
         ring = ring_for(seq)
         if ring is None:
             continue
-        if type(ring) is not SsmDecodeRing:
-            raise InvalidArgumentTypeError(
-                f"'rings[{seq}]' must be an SsmDecodeRing (or None), got {type(ring).__name__}"
-            )
         entry = next((e for e in ring.entries if e.snapshot_slot == d.slot), None)
         if entry is not None and entry.ticket in d.tickets:
             doomed.append((ring, entry))

@@ -174,16 +174,17 @@ def _without_superseded(runs: list[Run], index: PrefixSnapshotIndex) -> list[Run
             continue
         if live is None:
             live = {entry.slot: entry.ticket for entry in index.entries()}
-        kept = [k for k, s in enumerate(run.shared_saves) if live.get(s.slot) == s.ticket]
+        kept = []
+        for k, save in enumerate(run.shared_saves):
+            if live.get(save.slot) == save.ticket:
+                kept.append(k)
+            elif not index._left_lately(save.ticket):  # no entry of it here, live or left
+                raise InvalidArgumentError(
+                    f"'{run.names().of(k)}' ({save!r}) must be a save that 'prefix_index' "
+                    f"placed, got one it holds no entry of, live or left lately: another "
+                    f"index's, or one whose entry left long ago"
+                )
         if len(kept) != len(run.shared_saves):
-            for k in set(range(len(run.shared_saves))).difference(kept):
-                save = run.shared_saves[k]
-                if not index._left_lately(save.ticket):  # no entry of it here, live or left
-                    raise InvalidArgumentError(
-                        f"'{run.names().of(k)}' ({save!r}) must be a save that 'prefix_index' "
-                        f"placed, got one it holds no entry of, live or left lately: another "
-                        f"index's, or one whose entry left long ago"
-                    )
             run.keep_shared_saves(kept)
     return [run for run in runs if not run.empty()]
 
@@ -212,17 +213,12 @@ def _staged_counts(
     return lambda what: verify_buffers(pool, what).intermediate_count
 
 
-def _forget(ring: object, save: SsmSnapshotSave) -> None:
+def _forget(ring: SsmDecodeRing | None, save: SsmSnapshotSave) -> None:
     # The ring may already have moved on (a rollback truncated the entry, a
     # later record took the slot): then nothing points at what the failed save
     # was for, and there is nothing to forget.
     if ring is None:
         return
-    if type(ring) is not SsmDecodeRing:  # looked at only here: a failed save is rare
-        raise InvalidArgumentTypeError(
-            f"'rings[{save.seq}]' must be an SsmDecodeRing (or None) to discard the failed "
-            f"{save!r} from, got {type(ring).__name__}; the step's copies before it ran"
-        )
     entry = ring.entry_for(save.token_position)
     if entry is not None and entry.ticket == save.ticket and entry.snapshot_slot == save.slot:
         ring.discard(save.token_position)

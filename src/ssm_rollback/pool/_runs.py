@@ -284,16 +284,29 @@ def _check_accepted_once(checked: CheckedAccepts, accepted: dict[int, int], name
 
 
 def ring_lookup(rings: Rings) -> Callable[[int], SsmDecodeRing | None]:
-    """``seq -> ring or None`` for either shape of ``rings`` (decided once, not per effect)."""
+    """``seq -> ring or None`` for either shape of ``rings`` (decided once, not per effect);
+    an entry that is neither raises naming ``rings[seq]``. Asked only of the rows a failed
+    save or a dispute names, never per effect."""
     if isinstance(rings, Mapping):
-        return rings.get
-    if not isinstance(rings, Sequence) or isinstance(rings, str | bytes):
+        get: Callable[[int], object] = rings.get
+    elif not isinstance(rings, Sequence) or isinstance(rings, str | bytes):
         raise InvalidArgumentTypeError(
             f"'rings' must be a sequence of SsmDecodeRing indexed by seq, or a mapping from "
             f"seq, got {type(rings).__name__}"
         )
-    count = len(rings)
-    return lambda seq: rings[seq] if seq < count else None
+    else:
+        count = len(rings)
+        get = lambda seq: rings[seq] if seq < count else None  # noqa: E731
+
+    def ring_for(seq: int) -> SsmDecodeRing | None:
+        ring = get(seq)
+        if ring is None or type(ring) is SsmDecodeRing:
+            return ring
+        raise InvalidArgumentTypeError(
+            f"'rings[{seq}]' must be an SsmDecodeRing (or None), got {type(ring).__name__}"
+        )
+
+    return ring_for
 
 
 def _check_rings(rows: list[int], rings: Rings, num_sequences: int, names: Names) -> None:
