@@ -7,11 +7,12 @@ radix tree it matches with, ``_values`` what it hands out.
 
 from __future__ import annotations
 
-from ._index import EVICTIONS, Eviction, PrefixSnapshotIndex
+from ._index import EVICTIONS, MAX_CAPACITY, Eviction, PrefixSnapshotIndex
 from ._values import PrefillChunk, PrefillPlan, PrefixEntry, PrefixHit, PrefixStats
 
 __all__ = [
     "EVICTIONS",
+    "MAX_CAPACITY",
     "Eviction",
     "PrefillChunk",
     "PrefillPlan",

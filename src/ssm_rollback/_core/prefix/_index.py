@@ -78,7 +78,7 @@ from ._eviction import EVICTIONS, Eviction, EvictionOrder, Live
 from ._trie import Trie
 from ._values import PrefillChunk, PrefillPlan, PrefixEntry, PrefixHit, PrefixStats
 
-__all__ = ["EVICTIONS", "Eviction", "PrefixSnapshotIndex"]
+__all__ = ["EVICTIONS", "MAX_CAPACITY", "Eviction", "PrefixSnapshotIndex"]
 
 #: How many left entries per slot the index remembers, for a save applied after its entry left.
 GONE: Final = 64

@@ -25,7 +25,7 @@ from transformers import DynamicCache, PretrainedConfig
 from transformers.cache_utils import Cache
 
 from ... import PrefillPlan, PrefixEntry, PrefixHit, PrefixSnapshotIndex
-from ..._core.prefix._index import MAX_CAPACITY
+from ..._core.prefix import MAX_CAPACITY
 from ..._errors import (
     InvalidArgumentError,
     StaleSnapshotError,
