@@ -70,15 +70,30 @@ _SHOWN = 200
 
 
 def shown(value: object) -> str:
-    """``repr(value)`` for an error message, cut at 200 characters; an int past ``str()``'s
-    digit limit or a value nested past the recursion limit is described, never raised on."""
+    """``repr(value)`` for an error message, cut at 200 characters; never raises.
+
+    An int past ``str()``'s digit limit, a value nested past the recursion
+    limit, or one whose ``__repr__`` raises is described instead: the refusal
+    quoting it must not become another error.
+    """
     try:
         text = repr(value)
-    except (ValueError, RecursionError):
+    except RecursionError:
+        return f"a {type(value).__name__} nested too deep to print"
+    except Exception as error:  # an int past the digit limit, or a __repr__ that raises
         if isinstance(value, int):
             return f"{'a negative' if value < 0 else 'an'} int of {abs(value).bit_length():,} bits"
-        return f"a {type(value).__name__} nested too deep to print"
+        return f"a {type(value).__name__} whose repr() raised {type(error).__name__}"
     return text if len(text) <= _SHOWN else f"{text[:_SHOWN]}..."
+
+
+def grouped(value: int) -> str:
+    """An int for an error message with thousands separators (``1,024``), or described as
+    ``shown`` describes it when it is past ``str()``'s digit limit."""
+    try:
+        return f"{value:,}"
+    except ValueError:
+        return shown(value)
 
 
 def describe(value: object) -> str:

@@ -33,7 +33,7 @@ from ._core.prefix import (
     PrefixSnapshotIndex,
     PrefixStats,
 )
-from ._errors import InvalidArgumentError, check_non_negative_int
+from ._errors import InvalidArgumentError, check_non_negative_int, grouped, shown
 
 __all__ = [
     "EVICTIONS",
@@ -109,7 +109,7 @@ def app(length: int, *, message_ends: Sequence[int]) -> tuple[int, ...]:
     ends = int_column("message_ends", message_ends)
     if ends and max(ends) > length:
         raise InvalidArgumentError(
-            f"'message_ends' must hold positions <= length {length}, got {max(ends)}"
+            f"'message_ends' must hold positions <= length {length}, got {shown(max(ends))}"
         )
     return tuple(sorted({end for end in ends if 1 <= end < length} | set(before_end(1, length))))
 
@@ -205,7 +205,7 @@ def trtllm(
     ends = int_column("offsets_from_end", offsets_from_end)
     block = _at_least("tokens_per_block", tokens_per_block, 1)
     if type(save_last) is not bool:
-        raise InvalidArgumentError(f"'save_last' must be True or False, got {save_last!r}")
+        raise InvalidArgumentError(f"'save_last' must be True or False, got {shown(save_last)}")
     points = set(range(interval, length + 1, interval)) if interval else set()
     points.update(offset for offset in starts if offset <= length)
     points.update(length - offset for offset in ends if length - offset > 0)
@@ -237,7 +237,8 @@ def _length(length: int) -> int:
     length = check_non_negative_int("length", length)
     if length > MAX_LENGTH:
         raise InvalidArgumentError(
-            f"'length' must be at most {MAX_LENGTH:,} tokens (a prompt's length), got {length:,}"
+            f"'length' must be at most {MAX_LENGTH:,} tokens (a prompt's length), got "
+            f"{grouped(length)}"
         )
     return length
 
@@ -245,12 +246,12 @@ def _length(length: int) -> int:
 def _at_least(name: str, value: int, least: int) -> int:
     value = check_non_negative_int(name, value)
     if value < least:
-        raise InvalidArgumentError(f"'{name}' must be an int >= {least}, got {value}")
+        raise InvalidArgumentError(f"'{name}' must be an int >= {shown(least)}, got {shown(value)}")
     return value
 
 
 def _start(start: int, length: int) -> int:
     start = check_non_negative_int("start", start)
     if start > length:
-        raise InvalidArgumentError(f"'start' must be <= length {length}, got {start}")
+        raise InvalidArgumentError(f"'start' must be <= length {length}, got {shown(start)}")
     return start

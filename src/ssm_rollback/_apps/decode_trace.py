@@ -20,7 +20,7 @@ from typing import Final, Literal
 
 import attrs
 
-from .._errors import InvalidArgumentError
+from .._errors import InvalidArgumentError, shown
 
 __all__ = ["MAX_SPEC_TOKENS", "EventKind", "TraceEvent", "parse_trace", "synthetic_trace"]
 
@@ -177,30 +177,34 @@ def _event(line: str, where: str) -> TraceEvent:
     except (ValueError, RecursionError) as error:  # ValueError: also too many digits
         raise InvalidArgumentError(f"{where}: a trace line must be JSON: {error}") from None
     if not isinstance(data, dict):
-        raise InvalidArgumentError(f"{where}: a trace line must be a JSON object, got {line!r}")
+        raise InvalidArgumentError(
+            f"{where}: a trace line must be a JSON object, got {shown(line)}"
+        )
     given: object = data.get("event")
     kind = next((known for known in _KEYS if known == given), None)
     if kind is None:
         raise InvalidArgumentError(
-            f"{where}: 'event' must be 'token', 'rollback' or 'finish', got {given!r}"
+            f"{where}: 'event' must be 'token', 'rollback' or 'finish', got {shown(given)}"
         )
     unknown = sorted(set(data) - _KEYS[kind])
     if unknown:
         raise InvalidArgumentError(
-            f"{where}: a {kind!r} event has only the keys {', '.join(sorted(_KEYS[kind]))}; "
+            f"{where}: a {shown(kind)} event has only the keys {', '.join(sorted(_KEYS[kind]))}; "
             f"got {', '.join(map(repr, unknown))}"
         )
     if "seq" not in data:
-        raise InvalidArgumentError(f"{where}: a trace event needs a 'seq' key, got {line!r}")
+        raise InvalidArgumentError(f"{where}: a trace event needs a 'seq' key, got {shown(line)}")
     seq = data["seq"]
     back = data.get("back", 1)
     for name, value, least in (("seq", seq, 0), ("back", back, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise InvalidArgumentError(
-                f"{where}: '{name}' must be an int >= {least}, got {value!r}"
+                f"{where}: '{name}' must be an int >= {least}, got {shown(value)}"
             )
     flags = {name: data.get(name, False) for name in ("boundary", "thinking")}
     for name, flag in flags.items():
         if not isinstance(flag, bool):
-            raise InvalidArgumentError(f"{where}: '{name}' must be true or false, got {flag!r}")
+            raise InvalidArgumentError(
+                f"{where}: '{name}' must be true or false, got {shown(flag)}"
+            )
     return TraceEvent(seq, kind, flags["boundary"], flags["thinking"], back)

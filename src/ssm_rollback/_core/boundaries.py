@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from itertools import compress
 
-from .._errors import InvalidArgumentError
+from .._errors import InvalidArgumentError, shown
 from .columns import flag_column, int_column, one_length, rings_for
 from .ring import SsmDecodeRing, record_rows
 from .save_batch import SaveBatch
@@ -62,7 +62,8 @@ def snapshot_boundaries(
             first = seen.setdefault(row, k)
             if first != k:
                 raise InvalidArgumentError(
-                    f"'rows' must name each row once, got {row} at rows[{first}] and rows[{k}]"
+                    f"'rows' must name each row once, got {shown(row)} at rows[{first}] and "
+                    f"rows[{k}]"
                 )
     ring_list = rings_for(rings, row_list, in_order=rows is None)
     # The rows that record: boundary tokens outside thinking (C-speed selection;

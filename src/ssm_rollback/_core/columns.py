@@ -14,7 +14,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import cast
 
-from .._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int
+from .._errors import (
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    check_non_negative_int,
+    describe,
+    shown,
+)
 from .ring import SsmDecodeRing
 
 __all__ = ["as_list", "flag_column", "int_column", "int_value", "one_length", "rings_for"]
@@ -109,7 +115,7 @@ def flag_column(name: str, values: object) -> list[object]:
         for i, value in enumerate(column):
             if type(value) not in (bool, int) or value not in (0, 1):
                 raise InvalidArgumentTypeError(
-                    f"'{name}[{i}]' must be a bool (or 0 or 1), got {value!r} of type "
+                    f"'{name}[{i}]' must be a bool (or 0 or 1), got {shown(value)} of type "
                     f"{type(value).__name__}"
                 )
     return column
@@ -120,9 +126,9 @@ def int_value(name: str, value: object, least: int = 0) -> int:
     if type(value) is not int or value < least:
         if type(value) is not int:
             raise InvalidArgumentTypeError(
-                f"'{name}' must be an int >= {least}, got {value!r} of type {type(value).__name__}"
+                f"'{name}' must be an int >= {least}, got {describe(value)}"
             )
-        raise InvalidArgumentError(f"'{name}' must be an int >= {least}, got {value!r}")
+        raise InvalidArgumentError(f"'{name}' must be an int >= {least}, got {shown(value)}")
     return value
 
 
@@ -148,7 +154,7 @@ def rings_for(rings: object, rows: Sequence[int], in_order: bool) -> list[SsmDec
     if set(map(type, found)) - {SsmDecodeRing}:
         k = next(k for k, ring in enumerate(found) if type(ring) is not SsmDecodeRing)
         raise InvalidArgumentTypeError(
-            f"'rings[{rows[k]}]' must be an SsmDecodeRing, got {found[k]!r}"
+            f"'rings[{rows[k]}]' must be an SsmDecodeRing, got {shown(found[k])}"
         )
     return cast(list[SsmDecodeRing], found)
 
@@ -158,7 +164,7 @@ def _look_up(rings: Mapping[int, object] | Sequence[object], rows: Sequence[int]
     if isinstance(rings, Sequence) and rows and max(rows) >= len(rings):
         row = next(r for r in rows if r >= len(rings))
         raise InvalidArgumentError(
-            f"'rings' must hold a ring for every row, got {len(rings)} rings and row {row}"
+            f"'rings' must hold a ring for every row, got {len(rings)} rings and row {shown(row)}"
         )
     look = rings.get if isinstance(rings, Mapping) else rings.__getitem__
     try:

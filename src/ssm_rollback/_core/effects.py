@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import attrs
 
-from .._errors import InvalidArgumentTypeError, check_non_negative_int
+from .._errors import InvalidArgumentTypeError, check_non_negative_int, shown
 
 __all__ = [
     "SsmPrefixRestore",
@@ -34,7 +34,7 @@ def _source(_instance: object, attribute: attrs.Attribute[int | None], value: in
         if type(value) is not int:
             raise InvalidArgumentTypeError(
                 f"'source' must be None (the live state) or an intermediate index >= 0, "
-                f"got {value!r} of type {type(value).__name__}"
+                f"got {shown(value)} of type {type(value).__name__}"
             )
         check_non_negative_int(attribute.name, value)
 
@@ -45,7 +45,7 @@ def _optional_ticket(
     if value is not None and (type(value) is not int or value < 0):
         if type(value) is not int:
             raise InvalidArgumentTypeError(
-                f"'ticket' must be None or a ticket (an int >= 0), got {value!r} of type "
+                f"'ticket' must be None or a ticket (an int >= 0), got {shown(value)} of type "
                 f"{type(value).__name__}"
             )
         check_non_negative_int(attribute.name, value)
@@ -178,7 +178,7 @@ def slot_setter(cls: type, name: str) -> Callable[[object, object], None]:
         if name in vars(klass):
             setter: Callable[[object, object], None] = vars(klass)[name].__set__
             return setter
-    raise AssertionError(f"{cls.__name__} has no slot {name!r}")  # pragma: no cover
+    raise AssertionError(f"{cls.__name__} has no slot {shown(name)}")  # pragma: no cover
 
 
 _set_seq, _set_slot, _set_position, _set_ticket, _set_source = (

@@ -32,6 +32,7 @@ from .._errors import (
     InvalidArgumentTypeError,
     StaleSnapshotError,
     check_non_negative_int,
+    shown,
 )
 from .effects import SsmSnapshotRestore, SsmSnapshotSave, trusted_save
 from .ring import SsmDecodeRing, newest_first, newest_position, record_ticketed
@@ -82,7 +83,7 @@ def check_ring(ring: object) -> SsmDecodeRing:
     """``ring`` if it is an ``SsmDecodeRing``; anything else raises naming it."""
     if type(ring) is not SsmDecodeRing:
         raise InvalidArgumentTypeError(
-            f"'ring' must be an SsmDecodeRing, got {ring!r} of type {type(ring).__name__}"
+            f"'ring' must be an SsmDecodeRing, got {shown(ring)} of type {type(ring).__name__}"
         )
     return ring
 
@@ -90,7 +91,7 @@ def check_ring(ring: object) -> SsmDecodeRing:
 def _check_bool(name: str, value: object) -> bool:
     if type(value) is not bool:
         raise InvalidArgumentTypeError(
-            f"'{name}' must be a bool, got {value!r} of type {type(value).__name__}"
+            f"'{name}' must be a bool, got {shown(value)} of type {type(value).__name__}"
         )
     return value
 
@@ -186,7 +187,7 @@ def _check_last(boundaries: Sequence[int], current_len: int) -> None:
         if last > current_len:
             raise InvalidArgumentError(
                 f"'boundaries' must all be <= current_len {current_len}, "
-                f"got a last boundary of {last}"
+                f"got a last boundary of {shown(last)}"
             )
 
 
@@ -280,7 +281,7 @@ def commit_rollback(ring: SsmDecodeRing, plan: RollbackPlan) -> None:
     ring = check_ring(ring)
     if type(plan) is not RollbackPlan:
         raise InvalidArgumentTypeError(
-            f"'plan' must be a RollbackPlan from plan_rollback(), got {plan!r} of type "
+            f"'plan' must be a RollbackPlan from plan_rollback(), got {shown(plan)} of type "
             f"{type(plan).__name__}"
         )
     if plan.effects == ():
@@ -307,7 +308,7 @@ def _the_restore(plan: RollbackPlan) -> SsmSnapshotRestore:
     ):
         raise InvalidArgumentError(
             f"'plan' must be a RollbackPlan from plan_rollback(): no effects, or one "
-            f"SsmSnapshotRestore of its seq to its keep_len, got {plan!r}"
+            f"SsmSnapshotRestore of its seq to its keep_len, got {shown(plan)}"
         )
     return restore
 

@@ -7,7 +7,7 @@ from typing import ClassVar, Final
 
 import attrs
 
-from .._errors import InvalidArgumentError, InvalidArgumentTypeError
+from .._errors import InvalidArgumentError, InvalidArgumentTypeError, shown
 from . import columns
 from .effects import SsmSnapshotSave, trusted_save
 
@@ -124,11 +124,11 @@ class SaveBatch:
         n = len(self.seqs)
         if type(index) is not int:
             raise InvalidArgumentTypeError(
-                f"'index' must be an int row of the batch, got {index!r} of type "
+                f"'index' must be an int row of the batch, got {shown(index)} of type "
                 f"{type(index).__name__}"
             )
         if not -n <= index < n:
-            raise InvalidArgumentError(f"'index' must be in [-{n}, {n}), got {index}")
+            raise InvalidArgumentError(f"'index' must be in [-{n}, {n}), got {shown(index)}")
         return index
 
     def _source(self, index: int) -> int | None:

@@ -25,7 +25,7 @@ from typing import cast
 
 import attrs
 
-from .._errors import InvalidArgumentError, OutOfOrderError
+from .._errors import InvalidArgumentError, OutOfOrderError, shown
 from .columns import as_list, flag_column, int_value, one_length, rings_for
 from .effects import SsmSnapshotSave, SsmStateAccept, trusted_save
 from .ring import SsmDecodeRing, mint_ticket, newest_position, record_rows
@@ -135,7 +135,7 @@ def _check_row(
     if n > len(boundary) - 1:
         raise InvalidArgumentError(
             f"'{name('accepted', 'accepted')}' must be at most the {len(boundary) - 1} drafts "
-            f"fed, got {n}"
+            f"fed, got {shown(n)}"
         )
     newest, whose = newest_position(ring), ""
     if earlier is not None:
@@ -155,7 +155,7 @@ def _flags(name: str, values: object, count: int | None) -> list[object]:
     flags = flag_column(name, values)
     if count is None and not flags:
         raise InvalidArgumentError(
-            f"'{name}' must have one flag per fed token (at least one), got {values!r}"
+            f"'{name}' must have one flag per fed token (at least one), got {shown(values)}"
         )
     if count is not None and len(flags) != count:
         raise InvalidArgumentError(
@@ -271,7 +271,7 @@ def commit_verified_batch(
     )
     one_length({**{name: len(values) for name, values in columns.items()}, "rows": len(row_list)})
     if len(set(row_list)) != count:
-        raise InvalidArgumentError(f"'rows' must name each row once, got {row_list}")
+        raise InvalidArgumentError(f"'rows' must name each row once, got {shown(row_list)}")
     ring_list = rings_for(rings, row_list, in_order=rows is None)
     checked = []
     # Rows sharing a ring: each is checked against what the earlier ones record there, as

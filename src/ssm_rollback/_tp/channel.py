@@ -45,7 +45,7 @@ import torch
 import torch.distributed as dist
 
 from .._core.effect_dict import Effect
-from .._errors import InvalidArgumentError, InvalidArgumentTypeError
+from .._errors import InvalidArgumentError, InvalidArgumentTypeError, shown
 from . import wire as _wire
 from .failures import DistributedError, lost, src_refusal
 
@@ -172,7 +172,7 @@ class _Channel:
         root = self._roots.get(src)
         if root is None:
             raise InvalidArgumentError(
-                f"'src' must be a rank of the group (ranks {list(self._ranks)}), got {src}"
+                f"'src' must be a rank of the group (ranks {list(self._ranks)}), got {shown(src)}"
             )
         return root
 

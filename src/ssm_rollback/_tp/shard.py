@@ -18,6 +18,7 @@ from .._errors import (
     InvariantError,
     check_non_negative_int,
     describe,
+    shown,
 )
 from ..backends._torch_checks import check_live_states
 from ..backends.torch import TorchSnapshotPool
@@ -48,7 +49,7 @@ def _segments(config: Config, tensor: str) -> tuple[str, list[_Segment]]:
     shapes = {t.name: t.shape for t in layer.tensors}
     if tensor not in shapes:
         raise InvalidArgumentError(
-            f"'tensor' must be one of {sorted(shapes)} ({spec.model_type}), got {tensor!r}"
+            f"'tensor' must be one of {sorted(shapes)} ({spec.model_type}), got {shown(tensor)}"
         )
     channels = shapes[tensor][0]
     if layer.kind == "mamba2" and tensor == "conv":
@@ -99,13 +100,13 @@ def shard_of(
     tp = check_non_negative_int("tp_size", tp_size)
     rank = check_non_negative_int("rank", rank)
     if not 0 <= rank < tp:
-        raise InvalidArgumentError(f"'rank' must be in [0, tp_size {tp}), got {rank}")
+        raise InvalidArgumentError(f"'rank' must be in [0, tp_size {tp}), got {shown(rank)}")
     if not isinstance(full, torch.Tensor):
         raise InvalidArgumentTypeError(f"'full' must be a torch.Tensor, got {describe(full)}")
     dim = check_non_negative_int("dim", dim)
     if dim >= full.dim():
         raise InvalidArgumentError(
-            f"'dim' must be a dim of 'full' (shape {tuple(full.shape)}), got {dim}"
+            f"'dim' must be a dim of 'full' (shape {tuple(full.shape)}), got {shown(dim)}"
         )
     if type(tensor) is not str:
         raise InvalidArgumentTypeError(f"'tensor' must be a state's name, got {describe(tensor)}")
@@ -130,7 +131,7 @@ def shard_of(
 def _torch_dtype(name: str) -> torch.dtype:
     dtype = getattr(torch, name, None)
     if not isinstance(dtype, torch.dtype):
-        raise InvalidArgumentError(f"'dtype' must name a torch dtype, got {name!r}")
+        raise InvalidArgumentError(f"'dtype' must name a torch dtype, got {shown(name)}")
     return dtype
 
 
@@ -154,17 +155,21 @@ def shard_live_states(
     try:
         where = torch.device("cpu" if device is None else device)
     except (RuntimeError, TypeError) as error:
-        raise InvalidArgumentError(f"'device' must name a torch device, got {device!r}") from error
+        raise InvalidArgumentError(
+            f"'device' must name a torch device, got {shown(device)}"
+        ) from error
     layers = len(spec.layers)
     try:
         return tuple(
             torch.zeros((layers, rows, *t.shape), dtype=_torch_dtype(t.dtype), device=where)
             for t in spec.layers[0].tensors
         )
-    except (RuntimeError, AssertionError, MemoryError) as error:  # no such device, or memory
+    except (RuntimeError, AssertionError, MemoryError, TypeError) as error:
+        # No such device, no such memory, or a row count past int64 (torch's TypeError).
+        first_line = next(iter(str(error).splitlines()), "")  # not torch's C++ frames
         raise InvalidArgumentError(
-            f"'num_sequences' {rows} rows of live state on 'device' {where} could not be "
-            f"allocated: {type(error).__name__}: {error}"
+            f"'num_sequences' {shown(rows)} rows of live state on 'device' {where} could not "
+            f"be allocated: {type(error).__name__}: {first_line}"
         ) from error
 
 

@@ -130,7 +130,7 @@ def encode(effects: Iterable[Effect], *, ranged: bool = True) -> list[int]:
         if not code:
             raise InvalidArgumentTypeError(
                 f"'effects[{at}]' must be an SsmSnapshotSave, SsmSnapshotRestore, SsmStateAccept, "
-                f"SaveBatch, SsmPrefixSave or SsmPrefixRestore, got {run[0]!r} of type "
+                f"SaveBatch, SsmPrefixSave or SsmPrefixRestore, got {shown(run[0])} of type "
                 f"{kind.__name__}"
             )
         for record in run if code == SAVE_BATCH else (run,):

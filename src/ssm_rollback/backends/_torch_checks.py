@@ -7,7 +7,7 @@ from typing import Final
 
 import torch
 
-from .._errors import InvalidArgumentError, InvalidArgumentTypeError
+from .._errors import InvalidArgumentError, InvalidArgumentTypeError, shown
 
 __all__ = [
     "SUPPORTED_DTYPES",
@@ -44,7 +44,7 @@ def check_live_states(live_states: Sequence[torch.Tensor], batch_dim: int) -> in
             )
         if tensor.dim() <= batch_dim:
             raise InvalidArgumentError(
-                f"'live_states[{i}]' must have a dim {batch_dim} ('batch_dim'), got shape "
+                f"'live_states[{i}]' must have a dim {shown(batch_dim)} ('batch_dim'), got shape "
                 f"{tuple(tensor.shape)}"
             )
         _check_no_overlap(f"live_states[{i}]", tensor)

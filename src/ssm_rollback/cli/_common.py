@@ -8,7 +8,7 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import Final, TextIO
 
-from .._errors import InvalidArgumentError
+from .._errors import InvalidArgumentError, shown
 
 __all__ = [
     "FlagError",
@@ -45,10 +45,10 @@ def int_flag(least: int, most: int | None = None) -> Callable[[str], int]:
 
     def parse(text: str) -> int:
         if not _INT.fullmatch(text) or len(text) > _MAX_DIGITS:
-            raise argparse.ArgumentTypeError(f"must be {expected}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"must be {expected}, got {shown(text)}")
         value = int(text)
         if value < least or (most is not None and value > most):
-            raise argparse.ArgumentTypeError(f"must be {expected}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"must be {expected}, got {shown(text)}")
         return value
 
     return parse
@@ -58,7 +58,7 @@ def rate_flag(text: str) -> float:
     """An argparse type: a probability in [0, 1] written as an ASCII decimal."""
     value = float(text) if _RATE.fullmatch(text) else -1.0
     if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be a number in [0, 1], got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be a number in [0, 1], got {shown(text)}")
     return value
 
 
@@ -90,14 +90,14 @@ def parse_size(text: str) -> int:
     match = _SIZE.fullmatch(text)
     if match is None or len(text) > 2 * _MAX_DIGITS or match[3].lower() not in _UNITS:
         raise InvalidArgumentError(
-            f"must be a size such as 40GiB, 512MB, 1.5GiB or 1073741824, got {text!r}"
+            f"must be a size such as 40GiB, 512MB, 1.5GiB or 1073741824, got {shown(text)}"
         )
     whole, fraction, unit = match[1].replace("_", ""), match[2] or "", match[3].lower()
     size = Fraction(int(whole + fraction), 10 ** len(fraction)) * _UNITS[unit]
     if size.denominator != 1:
-        raise InvalidArgumentError(f"must be a whole number of bytes, got {text!r} = {size}")
+        raise InvalidArgumentError(f"must be a whole number of bytes, got {shown(text)} = {size}")
     if size > MAX_SIZE:
-        raise InvalidArgumentError(f"must be at most 16EiB (2**64 bytes), got {text!r}")
+        raise InvalidArgumentError(f"must be at most 16EiB (2**64 bytes), got {shown(text)}")
     return int(size)
 
 

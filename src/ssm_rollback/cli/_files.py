@@ -17,6 +17,7 @@ import os
 import stat
 from typing import Final
 
+from .._errors import shown
 from ._common import FlagError
 
 __all__ = ["MAX_CONFIG_BYTES", "MAX_TRACE_BYTES", "read_file", "read_json_file"]
@@ -77,14 +78,14 @@ def read_json_file(flag: str, path: str, *, directory_file: str | None = None) -
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise FlagError(
-            flag, f"{path!r} is not UTF-8 text (byte {error.start}: {error.reason})"
+            flag, f"{shown(path)} is not UTF-8 text (byte {error.start}: {error.reason})"
         ) from None
     try:
         return json.loads(text, parse_constant=_no_constant)
     except (json.JSONDecodeError, ValueError) as error:
-        raise FlagError(flag, f"{path!r} is not JSON: {error}") from None
+        raise FlagError(flag, f"{shown(path)} is not JSON: {error}") from None
     except RecursionError:
-        raise FlagError(flag, f"{path!r} nests JSON too deeply") from None
+        raise FlagError(flag, f"{shown(path)} nests JSON too deeply") from None
 
 
 def _no_constant(name: str) -> object:
@@ -98,10 +99,10 @@ def _unreadable(flag: str, path: str, error: OSError | ValueError) -> FlagError:
 
 def _check_regular(flag: str, path: str, status: os.stat_result, limit: int) -> None:
     if not stat.S_ISREG(status.st_mode):
-        raise FlagError(flag, f"{path!r} is {_kind(status.st_mode)}, not a regular file")
+        raise FlagError(flag, f"{shown(path)} is {_kind(status.st_mode)}, not a regular file")
     if status.st_size > limit:
         raise FlagError(
-            flag, f"{path!r} is {status.st_size:,} bytes, larger than the {_mib(limit)} limit"
+            flag, f"{shown(path)} is {status.st_size:,} bytes, larger than the {_mib(limit)} limit"
         )
 
 
@@ -115,7 +116,7 @@ def _read_at_most(flag: str, path: str, descriptor: int, limit: int) -> bytes:
         chunks.append(chunk)
         size += len(chunk)
     # It grew since fstat, or its size is not its length (as in /proc).
-    raise FlagError(flag, f"{path!r} holds more than the {_mib(limit)} limit")
+    raise FlagError(flag, f"{shown(path)} holds more than the {_mib(limit)} limit")
 
 
 def _mib(limit: int) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Final
 
+from .._errors import shown
 from ._common import FlagError, int_flag, one_line
 from ._files import read_json_file
 
@@ -72,7 +73,7 @@ def load_spec(args: argparse.Namespace) -> tuple[str, SsmStateSpec]:
         args.source = f"--config {args.config}"
         config = read_json_file("--config", args.config, directory_file="config.json")
         if not isinstance(config, dict):
-            raise FlagError("--config", f"{args.config!r} must hold a JSON object")
+            raise FlagError("--config", f"{shown(args.config)} must hold a JSON object")
         name = one_line(args.config)  # printed: no surrogates from a non-UTF-8 file name
     else:
         args.source = f"--model {args.model}"

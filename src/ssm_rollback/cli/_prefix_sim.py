@@ -14,6 +14,7 @@ import sys
 from typing import Final, TextIO
 
 from .._apps.prefix_sim import WORKLOADS, SimulationOptions, TraceParams, plot, simulate
+from .._errors import shown
 from ._common import FlagError, int_flag, one_line, progress_bar
 
 __all__ = [
@@ -40,10 +41,10 @@ def _slots(text: str) -> tuple[int, ...]:
         values = tuple(parse(part.strip()) for part in text.split(","))
     except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(
-            f"must be comma-separated ints from 0 to {MAX_PREFIX_SLOTS}, got {text!r}"
+            f"must be comma-separated ints from 0 to {MAX_PREFIX_SLOTS}, got {shown(text)}"
         ) from None
     if len(set(values)) != len(values):
-        raise argparse.ArgumentTypeError(f"must not repeat a slot count, got {text!r}")
+        raise argparse.ArgumentTypeError(f"must not repeat a slot count, got {shown(text)}")
     return values
 
 

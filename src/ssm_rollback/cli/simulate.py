@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final, TextIO
 
 from .._apps.decode_trace import MAX_SPEC_TOKENS
-from .._errors import InvalidArgumentError
+from .._errors import InvalidArgumentError, shown
 from . import _prefix_sim
 from ._common import FlagError, human, int_flag, one_line, progress_bar, rate_flag
 from ._files import MAX_TRACE_BYTES, read_file
@@ -39,7 +39,7 @@ def _depths(text: str) -> list[int]:
         return [parse(part.strip()) for part in text.split(",")]
     except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(
-            f"must be comma-separated ints >= 0, got {text!r}"
+            f"must be comma-separated ints >= 0, got {shown(text)}"
         ) from None
 
 
@@ -308,11 +308,11 @@ def _check_plot(path: str) -> None:
     folder = Path(path).parent
     # os.path.isdir: Path.is_dir raises for a name too long or with a NUL in it.
     if not os.path.isdir(folder):
-        raise FlagError("--plot", f"folder {str(folder)!r} does not exist")
+        raise FlagError("--plot", f"folder {shown(str(folder))} does not exist")
     if os.path.isdir(path):
-        raise FlagError("--plot", f"{path!r} is a folder, not a file name")
+        raise FlagError("--plot", f"{shown(path)} is a folder, not a file name")
     if not os.access(folder, os.W_OK):
-        raise FlagError("--plot", f"folder {str(folder)!r} is not writable")
+        raise FlagError("--plot", f"folder {shown(str(folder))} is not writable")
 
 
 def _plot(path: str, results: list[DepthResult], per_slot: int, model_type: str) -> None:
@@ -338,6 +338,6 @@ def _plot(path: str, results: list[DepthResult], per_slot: int, model_type: str)
         # suffix would otherwise be a matplotlib error after the whole run.
         figure.savefig(path, dpi=100, format="png")
     except OSError as error:
-        raise FlagError("--plot", f"cannot write {path!r}: {error.strerror}") from None
+        raise FlagError("--plot", f"cannot write {shown(path)}: {error.strerror}") from None
     finally:
         pyplot.close(figure)

@@ -25,7 +25,7 @@ from typing import cast
 from .._core.effect_dict import Effect, SsmPrefixSave, SsmSnapshotSave
 from .._core.prefix import PrefixSnapshotIndex
 from .._core.ring import SsmDecodeRing
-from .._errors import InvalidArgumentError, InvalidArgumentTypeError
+from .._errors import InvalidArgumentError, InvalidArgumentTypeError, shown
 from ._base import TaggedPool
 from ._batch_values import CheckedRestores, CheckedSaves
 from ._protocols import (
@@ -180,7 +180,7 @@ def _without_superseded(runs: list[Run], index: PrefixSnapshotIndex) -> list[Run
                 kept.append(k)
             elif not index._left_lately(save.ticket):  # no entry of it here, live or left
                 raise InvalidArgumentError(
-                    f"'{run.names().of(k)}' ({save!r}) must be a save that 'prefix_index' "
+                    f"'{run.names().of(k)}' ({shown(save)}) must be a save that 'prefix_index' "
                     f"placed, got one it holds no entry of, live or left lately: another "
                     f"index's, or one whose entry left long ago"
                 )

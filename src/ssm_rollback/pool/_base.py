@@ -29,7 +29,7 @@ from .._core.effect_dict import (
 )
 from .._core.effects import trusted_save
 from .._core.save_batch import LIVE
-from .._errors import InvalidArgumentError
+from .._errors import InvalidArgumentError, shown
 from ._batch_values import CheckedAccepts, CheckedRestores, CheckedSaves
 from ._faults import FailPredicate, check_fail_predicate
 from ._shared_base import SharedSlotsBase
@@ -115,7 +115,7 @@ class PoolBase(SharedSlotsBase, TaggedPool):
         """How many intermediate states row ``seq`` holds now (0 when the pool keeps none)."""
         if type(seq) is not int or not 0 <= seq < self.num_sequences:
             raise InvalidArgumentError(
-                f"'seq' must be an int in [0, {self.num_sequences}), got {seq!r}"
+                f"'seq' must be an int in [0, {self.num_sequences}), got {shown(seq)}"
             )
         return self._intermediate_count(seq)
 

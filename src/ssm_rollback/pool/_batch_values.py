@@ -13,7 +13,7 @@ from typing import NamedTuple, Protocol
 
 import attrs
 
-from .._errors import InvalidArgumentTypeError
+from .._errors import InvalidArgumentTypeError, shown
 
 __all__ = [
     "ACCEPTS",
@@ -96,5 +96,5 @@ def check_kinds(batch: object, kind: type, names: Names) -> None:
     if batch and set(map(type, batch)) != {kind}:
         k = next(k for k, effect in enumerate(batch) if type(effect) is not kind)
         raise InvalidArgumentTypeError(
-            f"'{names.of(k)}' must be a {kind.__name__}, got {batch[k]!r}"
+            f"'{names.of(k)}' must be a {kind.__name__}, got {shown(batch[k])}"
         )

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import cast
 
 from .._core.effect_dict import SsmPrefixSave, SsmSnapshotSave
-from .._errors import InvalidArgumentTypeError
+from .._errors import InvalidArgumentTypeError, shown
 
 __all__ = ["FailPredicate", "SharedFailPredicate", "check_fail_predicate"]
 
@@ -25,6 +25,6 @@ def check_fail_predicate(
     if not callable(predicate):
         raise InvalidArgumentTypeError(
             f"'predicate' must be a callable taking an {takes}, or None, got "
-            f"{predicate!r} of type {type(predicate).__name__}"
+            f"{shown(predicate)} of type {type(predicate).__name__}"
         )
     return cast(Callable[[object], bool], predicate)

@@ -30,7 +30,7 @@ from .._core.effect_dict import (
 )
 from .._core.ring import SsmDecodeRing
 from .._core.save_batch import LIVE
-from .._errors import InvalidArgumentError, InvalidArgumentTypeError, StaleSnapshotError
+from .._errors import InvalidArgumentError, InvalidArgumentTypeError, StaleSnapshotError, shown
 from ._batch_values import CheckedAccepts, CheckedRestores, CheckedSaves, Names
 from ._protocols import Rings
 from ._shared_rules import CheckedSharedRestores, CheckedSharedSaves, SharedChecks
@@ -185,7 +185,7 @@ def runs_of(effects: Iterable[Effect]) -> list[Run]:
         else:
             raise InvalidArgumentTypeError(
                 f"'effects[{i}]' must be an SsmSnapshotSave, SaveBatch, SsmSnapshotRestore, "
-                f"SsmStateAccept, SsmPrefixSave or SsmPrefixRestore, got {effect!r}"
+                f"SsmStateAccept, SsmPrefixSave or SsmPrefixRestore, got {shown(effect)}"
             )
     return runs
 

@@ -16,7 +16,7 @@ from operator import eq
 from typing import NamedTuple, NoReturn
 
 from .._core.effect_dict import SsmPrefixRestore, SsmPrefixSave
-from .._errors import InvalidArgumentError, StaleSnapshotError
+from .._errors import InvalidArgumentError, StaleSnapshotError, shown
 from ._batch_rules import BatchChecks
 from ._batch_values import RESTORES, SAVES, Names, check_kinds
 
@@ -126,7 +126,7 @@ class SharedChecks(BatchChecks):
             self._check_ids(f"{name}.seq", seq, None, 0)
             if slot >= shared:
                 raise InvalidArgumentError(
-                    f"'{name}.slot' must be < the pool's shared_slots {shared}, got {slot}"
+                    f"'{name}.slot' must be < the pool's shared_slots {shared}, got {shown(slot)}"
                 )
             first = rows.setdefault(seq, k)
             if first != k:
@@ -178,7 +178,7 @@ def _refuse_stale_shared(
     ]
     described = "; ".join(
         f"'{names.of(k)}' (seq {restores[k].seq}, shared slot {restores[k].slot}) holds "
-        f"{held(k)}, not ticket {restores[k].ticket} length {restores[k].length}"
+        f"{held(k)}, not ticket {shown(restores[k].ticket)} length {shown(restores[k].length)}"
         for k in stale[:4]
     )
     more = f" (and {len(stale) - 4} more)" if len(stale) > 4 else ""

@@ -17,7 +17,7 @@ from typing import cast, final
 import attrs
 
 from .._core.columns import as_list, int_column, one_length
-from .._errors import InvalidArgumentError, check_non_negative_int
+from .._errors import InvalidArgumentError, check_non_negative_int, grouped, shown
 from ._batch_values import IndexTable
 from ._protocols import SharedSnapshotPool, SnapshotPool
 from ._shared_rules import SharedChecks, SharedHeld
@@ -95,7 +95,7 @@ class SlotTags(SharedChecks):
         except (MemoryError, OverflowError):
             raise InvalidArgumentError(
                 f"'shared_slots' must be a slot count this process can hold, "
-                f"got {self._shared_slots}"
+                f"got {grouped(self._shared_slots)}"
             ) from None
         count = self._num_sequences * self._slots_per_sequence
         try:
@@ -113,7 +113,8 @@ class SlotTags(SharedChecks):
         except (MemoryError, OverflowError):
             raise InvalidArgumentError(
                 f"'slots_per_sequence' * 'num_sequences' must be a slot count this process "
-                f"can hold, got {self._slots_per_sequence} * {self._num_sequences} = {count}"
+                f"can hold, got {grouped(self._slots_per_sequence)} * "
+                f"{grouped(self._num_sequences)} = {grouped(count)}"
             ) from None
 
     def __repr__(self) -> str:
@@ -209,7 +210,7 @@ class SlotTags(SharedChecks):
         slot = check_non_negative_int("slot", slot)
         if slot >= self._shared_slots:
             raise InvalidArgumentError(
-                f"'slot' must be < the pool's shared_slots {self._shared_slots}, got {slot}"
+                f"'slot' must be < the pool's shared_slots {self._shared_slots}, got {shown(slot)}"
             )
         return slot
 

@@ -30,7 +30,7 @@ import os
 from collections.abc import Mapping
 from typing import Final, get_args
 
-from .._errors import InvalidArgumentError, check_non_negative_int
+from .._errors import InvalidArgumentError, check_non_negative_int, shown
 from ._defaults import DEFAULTS
 from ._depth import DEFAULT_MAX_SLOTS, ENV_VAR, DepthRule, RingDepth, decode_rollback_ring_slots
 from ._dtypes import state_dtypes
@@ -75,7 +75,7 @@ def config_fields(config: Mapping[str, object] | str | os.PathLike[str]) -> Fiel
     if not isinstance(model_type, str) or model_type not in MODEL_TYPES:
         raise InvalidArgumentError(
             f"config field 'model_type' must be one of {', '.join(SUPPORTED_MODEL_TYPES)}, "
-            f"got {model_type!r}"
+            f"got {shown(model_type)}"
         )
     return Fields(data, model_type, DEFAULTS.get(model_type, {}))
 
@@ -113,7 +113,7 @@ def state_spec_from_hf_config(
     drafts = check_non_negative_int("num_speculative_tokens", num_speculative_tokens)
     if layout not in LAYOUTS:
         raise InvalidArgumentError(
-            f"'layout' must be one of {', '.join(map(repr, LAYOUTS))}, got {layout!r}"
+            f"'layout' must be one of {', '.join(map(repr, LAYOUTS))}, got {shown(layout)}"
         )
     resolved = "vllm" if layout == "engine" else layout
     if resolved == "transformers" and tp != 1:
@@ -124,18 +124,18 @@ def state_spec_from_hf_config(
     if not isinstance(model_type, str) or model_type not in MODEL_TYPES:
         raise InvalidArgumentError(
             f"config field 'model_type' must be one of {', '.join(SUPPORTED_MODEL_TYPES)}, "
-            f"got {model_type!r}"
+            f"got {shown(model_type)}"
         )
     model = MODEL_TYPES[model_type]
     if resolved == "sglang" and model.sglang is None:
         raise InvalidArgumentError(
-            f"'layout' 'sglang' does not serve model type {model_type!r} (SGLang has no "
+            f"'layout' 'sglang' does not serve model type {shown(model_type)} (SGLang has no "
             f"hybrid state pool for it); use 'vllm' or 'transformers'"
         )
     for refused in (resolved, f"{resolved}+speculative") if drafts else (resolved,):
         if refused in model.refusals:
             raise InvalidArgumentError(
-                f"'layout' {resolved!r} is not sized for model type {model_type!r}"
+                f"'layout' {shown(resolved)} is not sized for model type {shown(model_type)}"
                 f"{' with num_speculative_tokens' if '+' in refused else ''}: "
                 f"{model.refusals[refused]}"
             )

@@ -14,6 +14,7 @@ from .._errors import (
     InvalidArgumentTypeError,
     check_non_negative_int,
     describe,
+    shown,
 )
 from ._fields import check_positive
 from ._spec import SsmStateSpec, number, oversized
@@ -62,10 +63,10 @@ class RingDepth:
 
 def _parse_override(value: object, source: str) -> int:
     if isinstance(value, bool):
-        raise InvalidArgumentTypeError(f"{source} must be an integer >= 0, got {value!r}")
+        raise InvalidArgumentTypeError(f"{source} must be an integer >= 0, got {shown(value)}")
     if isinstance(value, int):
         if value < 0:
-            raise InvalidArgumentError(f"{source} must be an integer >= 0, got {value}")
+            raise InvalidArgumentError(f"{source} must be an integer >= 0, got {shown(value)}")
         return value
     if isinstance(value, str):
         text = value.strip()
@@ -73,7 +74,7 @@ def _parse_override(value: object, source: str) -> int:
             raise InvalidArgumentError(f"{source} must be an integer >= 0, got an empty string")
         # isdecimal alone admits other scripts' digits ("\u0663"), which no shell user meant.
         if not (text.isascii() and text.isdecimal()):
-            raise InvalidArgumentError(f"{source} must be an integer >= 0, got {value!r}")
+            raise InvalidArgumentError(f"{source} must be an integer >= 0, got {shown(value)}")
         try:
             return int(text)
         except ValueError:  # past Python's digit limit for int()
@@ -81,7 +82,7 @@ def _parse_override(value: object, source: str) -> int:
                 f"{source} must be an integer >= 0, got a {len(text)}-digit string"
             ) from None
     raise InvalidArgumentTypeError(
-        f"{source} must be an integer >= 0, got {value!r} of type {type(value).__name__}"
+        f"{source} must be an integer >= 0, got {shown(value)} of type {type(value).__name__}"
     )
 
 
@@ -161,9 +162,9 @@ def decode_rollback_ring_slots(
             taken += [f"{shared} bytes of {shared_slots} shared prefix slots"] if shared else []
             after = f" after {' and '.join(taken)}" if taken else ""
             raise InvalidArgumentError(
-                f"{source} = {slots} does not fit: {slots} slots x {sequences} sequences x "
-                f"{per_slot} bytes = {slots * sequences * per_slot} bytes, but free_bytes is "
-                f"{free}{after} (at most {fit} slots fit)"
+                f"{source} = {shown(slots)} does not fit: {shown(slots)} slots x {sequences} "
+                f"sequences x {per_slot} bytes = {shown(slots * sequences * per_slot)} bytes, but "
+                f"free_bytes is {free}{after} (at most {fit} slots fit)"
             )
     elif fit >= maximum:
         slots, rule = maximum, DepthRule.MAXIMUM
@@ -178,7 +179,7 @@ def _shared_refusal(slots: int, per_slot: int, free: int, speculative: int) -> s
     after = f" after {speculative} bytes of speculative buffers" if speculative else ""
     most = max(0, free - speculative) // per_slot
     return (
-        f"'prefix_slots' must fit in free_bytes, got {slots} shared slots x {per_slot} bytes = "
-        f"{slots * per_slot} bytes, but free_bytes is {free}{after} (at most {most} shared "
-        f"slots fit)"
+        f"'prefix_slots' must fit in free_bytes, got {shown(slots)} shared slots x {per_slot} "
+        f"bytes = {shown(slots * per_slot)} bytes, but free_bytes is {free}{after} (at most "
+        f"{most} shared slots fit)"
     )

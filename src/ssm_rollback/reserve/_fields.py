@@ -11,7 +11,7 @@ from typing import Final
 
 import attrs
 
-from .._errors import InvalidArgumentError, InvalidArgumentTypeError, describe
+from .._errors import InvalidArgumentError, InvalidArgumentTypeError, describe, shown
 from ._spec import DTYPE_BYTES, MAX_BYTES, number
 
 __all__ = ["Fields", "check_positive", "divide", "dtype_name", "load"]
@@ -30,7 +30,7 @@ def check_positive(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidArgumentTypeError(f"'{name}' must be an int >= 1, got {describe(value)}")
     if value < 1:
-        raise InvalidArgumentError(f"'{name}' must be an int >= 1, got {value!r}")
+        raise InvalidArgumentError(f"'{name}' must be an int >= 1, got {shown(value)}")
     return int(value)
 
 
@@ -94,7 +94,7 @@ def dtype_name(value: object, source: str) -> str:
     name = _DTYPE_ALIASES.get(name, name)
     if name not in DTYPE_BYTES:
         raise InvalidArgumentError(
-            f"'{source}' must be one of {', '.join(sorted(DTYPE_BYTES))}, got {value!r}"
+            f"'{source}' must be one of {', '.join(sorted(DTYPE_BYTES))}, got {shown(value)}"
         )
     return name
 
@@ -102,7 +102,8 @@ def dtype_name(value: object, source: str) -> str:
 def divide(value: int, tp_size: int, field: str, model_type: str) -> int:
     if value % tp_size:
         raise InvalidArgumentError(
-            f"'tp_size' {tp_size} must divide config field '{field}' = {value} ({model_type})"
+            f"'tp_size' {shown(tp_size)} must divide config field '{field}' = {value} "
+            f"({model_type})"
         )
     return value // tp_size
 
@@ -112,7 +113,7 @@ def _checked_int(model_type: str, name: str, value: object, minimum: int) -> int
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidArgumentTypeError(f"{expected}, got {describe(value)}")
     if value < minimum:
-        raise InvalidArgumentError(f"{expected}, got {value!r}")
+        raise InvalidArgumentError(f"{expected}, got {shown(value)}")
     # Every size field is a dimension of some state tensor (or counts layers): past
     # MAX_BYTES alone it is more than any machine holds.
     if value > MAX_BYTES:

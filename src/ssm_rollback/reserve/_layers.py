@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from .._errors import InvalidArgumentError, InvalidArgumentTypeError, describe
+from .._errors import InvalidArgumentError, InvalidArgumentTypeError, describe, shown
 from ._fields import Fields
 
 __all__ = [
@@ -40,7 +40,7 @@ _PATTERN_FIELDS: Final = ("layers_block_type", "hybrid_override_pattern", "layer
 def _pattern_ssm_layers(pattern: list[object], field: str, model_type: str) -> list[int]:
     if not pattern:
         raise InvalidArgumentError(
-            f"config field '{field}' must list >= 1 layers ({model_type}), got {pattern!r}"
+            f"config field '{field}' must list >= 1 layers ({model_type}), got {shown(pattern)}"
         )
     layers = []
     for index, kind in enumerate(pattern):
@@ -49,7 +49,7 @@ def _pattern_ssm_layers(pattern: list[object], field: str, model_type: str) -> l
             layers.append(index)
         elif name not in _ATTENTION_NAMES | _OTHER_NAMES:
             raise InvalidArgumentError(
-                f"config field '{field}' has an unknown layer kind {kind!r} at {index} "
+                f"config field '{field}' has an unknown layer kind {shown(kind)} at {index} "
                 f"({model_type})"
             )
     return layers

@@ -13,7 +13,7 @@ from typing import Final, Literal
 
 import attrs
 
-from .._errors import InvalidArgumentError
+from .._errors import InvalidArgumentError, shown
 from ._families import Width
 from ._fields import Fields
 from ._layers import (
@@ -153,7 +153,7 @@ def shipped_config(name: str) -> dict[str, object]:
     """The shipped ``config.json`` fields of a full-size model; ``_source`` says where from."""
     if name not in SHIPPED_MODELS:
         raise InvalidArgumentError(
-            f"'name' must be one of {', '.join(SHIPPED_MODELS)}, got {name!r}"
+            f"'name' must be one of {', '.join(SHIPPED_MODELS)}, got {shown(name)}"
         )
     package = resources.files("ssm_rollback")
     text = package.joinpath("configs", f"{name}.json").read_text("utf-8")
@@ -173,11 +173,11 @@ def _from_mamba_ssm(data: Mapping[str, object]) -> Mapping[str, object]:
     """A ``mamba_ssm`` config (``d_model``, ``n_layer``, ``ssm_cfg``) in transformers' names."""
     cfg = data.get("ssm_cfg") or {}
     if not isinstance(cfg, Mapping):
-        raise InvalidArgumentError(f"config field 'ssm_cfg' must be an object, got {cfg!r}")
+        raise InvalidArgumentError(f"config field 'ssm_cfg' must be an object, got {shown(cfg)}")
     layer = cfg.get("layer", "Mamba1")
     if not isinstance(layer, str) or layer not in _MAMBA_SSM_DEFAULTS:
         raise InvalidArgumentError(
-            f"config field 'ssm_cfg.layer' must be 'Mamba1' or 'Mamba2', got {layer!r}"
+            f"config field 'ssm_cfg.layer' must be 'Mamba1' or 'Mamba2', got {shown(layer)}"
         )
     sizes = {**_MAMBA_SSM_DEFAULTS[layer], **cfg}
     out: dict[str, object] = {
@@ -218,7 +218,8 @@ def _from_kimi_hub(data: Mapping[str, object]) -> Mapping[str, object]:
         return data
     if not isinstance(nested, Mapping):
         raise InvalidArgumentError(
-            f"config field 'linear_attn_config' must be an object (kimi_linear), got {nested!r}"
+            f"config field 'linear_attn_config' must be an object (kimi_linear), "
+            f"got {shown(nested)}"
         )
     out = dict(data)
     for key, name in _KIMI_LIFTED.items():
@@ -230,7 +231,7 @@ def _from_kimi_hub(data: Mapping[str, object]) -> Mapping[str, object]:
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_LAYERS:
             raise InvalidArgumentError(
                 f"config field 'num_hidden_layers' must be an int in [1, {MAX_LAYERS}] "
-                f"(kimi_linear), got {count!r}"
+                f"(kimi_linear), got {shown(count)}"
             )
         types: list[object] = [None] * count  # an unlisted layer is an unknown kind
         for names, kind in ((full, "full_attention"), (kda, "linear_attention")):
@@ -238,7 +239,7 @@ def _from_kimi_hub(data: Mapping[str, object]) -> Mapping[str, object]:
                 if isinstance(layer, bool) or not isinstance(layer, int) or not 1 <= layer <= count:
                     raise InvalidArgumentError(
                         f"config field 'linear_attn_config' must list layers in [1, {count}] "
-                        f"(kimi_linear), got {layer!r}"
+                        f"(kimi_linear), got {shown(layer)}"
                     )
                 types[layer - 1] = kind
         out["layer_types"] = types

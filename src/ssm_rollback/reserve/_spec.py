@@ -12,7 +12,7 @@ from typing import Final, Literal, TypeAlias
 
 import attrs
 
-from .._errors import InvalidArgumentError
+from .._errors import InvalidArgumentError, shown
 
 __all__ = [
     "DTYPE_BYTES",
@@ -58,14 +58,15 @@ def _check_shape(_: object, attribute: attrs.Attribute[tuple[int, ...]], value: 
         or any(isinstance(size, bool) or not isinstance(size, int) or size < 1 for size in value)
     ):
         raise InvalidArgumentError(
-            f"'{attribute.name}' must be a non-empty tuple of ints >= 1, got {value!r}"
+            f"'{attribute.name}' must be a non-empty tuple of ints >= 1, got {shown(value)}"
         )
 
 
 def _check_dtype(_: object, attribute: attrs.Attribute[str], value: object) -> None:
     if not isinstance(value, str) or value not in DTYPE_BYTES:
         raise InvalidArgumentError(
-            f"'{attribute.name}' must be one of {', '.join(sorted(DTYPE_BYTES))}, got {value!r}"
+            f"'{attribute.name}' must be one of {', '.join(sorted(DTYPE_BYTES))}, "
+            f"got {shown(value)}"
         )
 
 
@@ -73,7 +74,9 @@ def _check_non_empty(
     _: object, attribute: attrs.Attribute[tuple[object, ...]], value: object
 ) -> None:
     if not isinstance(value, tuple) or not value:
-        raise InvalidArgumentError(f"'{attribute.name}' must be a non-empty tuple, got {value!r}")
+        raise InvalidArgumentError(
+            f"'{attribute.name}' must be a non-empty tuple, got {shown(value)}"
+        )
 
 
 @attrs.frozen

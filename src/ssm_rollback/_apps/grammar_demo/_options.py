@@ -7,7 +7,7 @@ from typing import Final
 
 import attrs
 
-from ..._errors import InvalidArgumentError, InvalidArgumentTypeError, describe
+from ..._errors import InvalidArgumentError, InvalidArgumentTypeError, describe, shown
 from ...testing import DEMO_MODEL_TYPES
 
 __all__ = [
@@ -37,7 +37,7 @@ def _int_in(least: int, most: int) -> Callable[[object, attrs.Attribute[int], in
             )
         if not least <= value <= most:
             raise InvalidArgumentError(
-                f"'{attribute.name}' must be an int from {least} to {most}, got {value!r}"
+                f"'{attribute.name}' must be an int from {least} to {most}, got {shown(value)}"
             )
 
     return check
@@ -47,7 +47,7 @@ def _one_of(choices: tuple[str, ...]) -> Callable[[object, attrs.Attribute[str],
     def check(_instance: object, attribute: attrs.Attribute[str], value: str) -> None:
         if value not in choices:
             raise InvalidArgumentError(
-                f"'{attribute.name}' must be one of {', '.join(choices)}, got {value!r}"
+                f"'{attribute.name}' must be one of {', '.join(choices)}, got {shown(value)}"
             )
 
     return check

@@ -14,7 +14,7 @@ from typing import Final, Literal
 
 import attrs
 
-from ..._errors import InvalidArgumentError
+from ..._errors import InvalidArgumentError, shown
 
 __all__ = ["WORKLOADS", "TraceParams", "Workload", "at_least"]
 
@@ -25,7 +25,7 @@ WORKLOADS: Final[tuple[Workload, ...]] = ("chat", "agentic", "branching")
 def _rate(_: TraceParams, attribute: attrs.Attribute[float], value: float) -> None:
     # 1 would repeat forever: every output regenerated, every message edited.
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
-        raise InvalidArgumentError(f"'{attribute.name}' must be in [0, 1), got {value!r}")
+        raise InvalidArgumentError(f"'{attribute.name}' must be in [0, 1), got {shown(value)}")
 
 
 def at_least(least: int) -> Callable[[object, attrs.Attribute[int], int], None]:
@@ -34,7 +34,7 @@ def at_least(least: int) -> Callable[[object, attrs.Attribute[int], int], None]:
     def check(_: object, attribute: attrs.Attribute[int], value: int) -> None:
         if type(value) is not int or value < least:
             raise InvalidArgumentError(
-                f"'{attribute.name}' must be an int >= {least}, got {value!r}"
+                f"'{attribute.name}' must be an int >= {least}, got {shown(value)}"
             )
 
     return check
@@ -75,21 +75,21 @@ class TraceParams:
     def _workload(self, _: attrs.Attribute[str], value: str) -> None:
         if value not in WORKLOADS:
             raise InvalidArgumentError(
-                f"'workload' must be one of {', '.join(WORKLOADS)}, got {value!r}"
+                f"'workload' must be one of {', '.join(WORKLOADS)}, got {shown(value)}"
             )
 
     @turns.validator
     def _turns(self, _: attrs.Attribute[float], value: float) -> None:
         finite = isinstance(value, int | float) and not isinstance(value, bool)
         if not finite or not 1 <= value < math.inf:  # inf: sessions that never end
-            raise InvalidArgumentError(f"'turns' must be a finite number >= 1, got {value!r}")
+            raise InvalidArgumentError(f"'turns' must be a finite number >= 1, got {shown(value)}")
 
     @classmethod
     def default(cls, workload: str, *, requests: int | None = None, seed: int = 0) -> TraceParams:
         """The parameters describing real traffic of ``workload`` (sources in ``_DEFAULTS``)."""
         if workload not in _DEFAULTS:
             raise InvalidArgumentError(
-                f"'workload' must be one of {', '.join(WORKLOADS)}, got {workload!r}"
+                f"'workload' must be one of {', '.join(WORKLOADS)}, got {shown(workload)}"
             )
         params = _DEFAULTS[workload]
         return attrs.evolve(

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import attrs
 
-from ..._errors import InvalidArgumentError
+from ..._errors import InvalidArgumentError, shown
 from ...prefix import EVICTIONS, Eviction
 from ._params import TraceParams, at_least
 from ._replay import RuleResult
@@ -39,7 +39,8 @@ def _names(name: str, value: object, allowed: tuple[str, ...]) -> None:
         or len(set(value)) != len(value)
     ):
         raise InvalidArgumentError(
-            f"'{name}' must be a tuple of distinct names from {', '.join(allowed)}, got {value!r}"
+            f"'{name}' must be a tuple of distinct names from {', '.join(allowed)}, "
+            f"got {shown(value)}"
         )
 
 
@@ -57,7 +58,7 @@ class SimulationOptions:
 
     def __attrs_post_init__(self) -> None:
         if not isinstance(self.params, TraceParams):
-            raise InvalidArgumentError(f"'params' must be a TraceParams, got {self.params!r}")
+            raise InvalidArgumentError(f"'params' must be a TraceParams, got {shown(self.params)}")
         slots: object = self.slots
         if (
             not isinstance(slots, tuple)
@@ -66,12 +67,14 @@ class SimulationOptions:
             or len(set(slots)) != len(slots)
         ):
             raise InvalidArgumentError(
-                f"'slots' must be a tuple of distinct ints >= 0, got {slots!r}"
+                f"'slots' must be a tuple of distinct ints >= 0, got {shown(slots)}"
             )
         _names("rules", self.rules, RULES)
         _names("evictions", self.evictions, EVICTIONS)
         if not isinstance(self.engines, EngineSettings):
-            raise InvalidArgumentError(f"'engines' must be an EngineSettings, got {self.engines!r}")
+            raise InvalidArgumentError(
+                f"'engines' must be an EngineSettings, got {shown(self.engines)}"
+            )
 
 
 @attrs.frozen(kw_only=True)
@@ -189,7 +192,7 @@ def _row(r: RuleResult) -> dict[str, object]:
 def simulate(options: SimulationOptions, progress: Progress | None = None) -> SimulationReport:
     """The trace, replayed under every rule, eviction and slot count, and by the oracles."""
     if not isinstance(options, SimulationOptions):
-        raise InvalidArgumentError(f"'options' must be a SimulationOptions, got {options!r}")
+        raise InvalidArgumentError(f"'options' must be a SimulationOptions, got {shown(options)}")
     trace = generate(options.params)
     runs: list[Run] = [
         (slots, rule, eviction)
@@ -266,7 +269,7 @@ def plot(report: SimulationReport, path: str | Path) -> None:
         figure.savefig(path, dpi=100, format="png")
     except OSError as error:
         raise InvalidArgumentError(
-            f"'path': cannot write {str(path)!r}: {error.strerror}"
+            f"'path': cannot write {shown(str(path))}: {error.strerror}"
         ) from None
     finally:
         pyplot.close(figure)

@@ -70,7 +70,13 @@ from typing import Final, final
 
 import attrs
 
-from ..._errors import InvalidArgumentError, InvariantError, check_non_negative_int
+from ..._errors import (
+    InvalidArgumentError,
+    InvariantError,
+    check_non_negative_int,
+    grouped,
+    shown,
+)
 from ..columns import int_column
 from ..effects import SsmPrefixRestore, SsmPrefixSave
 from ..ring import mint_ticket
@@ -93,7 +99,7 @@ def _capacity(value: int) -> int:
     capacity = check_non_negative_int("capacity", value)
     if capacity > MAX_CAPACITY:
         raise InvalidArgumentError(
-            f"'capacity' must be at most {MAX_CAPACITY:,} shared slots, got {capacity:,}"
+            f"'capacity' must be at most {MAX_CAPACITY:,} shared slots, got {grouped(capacity)}"
         )
     return capacity
 
@@ -126,7 +132,7 @@ class PrefixSnapshotIndex:
         if self._eviction not in EVICTIONS:
             raise InvalidArgumentError(
                 f"'eviction' must be one of {', '.join(map(repr, EVICTIONS))}, "
-                f"got {self._eviction!r}"
+                f"got {shown(self._eviction)}"
             )
         self._order = EvictionOrder(self._eviction, self._capacity, self._by_slot)
         self._stats = dict.fromkeys(attrs.fields_dict(PrefixStats), 0)
@@ -192,7 +198,7 @@ class PrefixSnapshotIndex:
         if positions and positions[-1] >= len(token_list):
             raise InvalidArgumentError(
                 f"'publish_at' must hold positions < len(tokens) {len(token_list)}, "
-                f"got {positions[-1]}"
+                f"got {shown(positions[-1])}"
             )
         found = self._trie.longest(token_list, len(token_list) - 1) if self._by_slot else None
         pinned: list[Live] = []
@@ -249,7 +255,7 @@ class PrefixSnapshotIndex:
         outstanding = self._plans.get(pin)
         if outstanding is None or outstanding[0] != plan:  # not one handed out, as handed out
             raise InvalidArgumentError(
-                f"'plan' must be a PrefillPlan of this index not yet released, got {plan!r}"
+                f"'plan' must be a PrefillPlan of this index not yet released, got {shown(plan)}"
             )
         del self._plans[pin]
         for live in outstanding[1]:
@@ -268,7 +274,7 @@ class PrefixSnapshotIndex:
         length = check_non_negative_int("length", length)
         if not 1 <= length <= len(token_list):
             raise InvalidArgumentError(
-                f"'length' must be in [1, len(tokens) {len(token_list)}], got {length}"
+                f"'length' must be in [1, len(tokens) {len(token_list)}], got {shown(length)}"
             )
         live = self._trie.get(token_list, length)
         if live is not None:
@@ -364,7 +370,9 @@ class PrefixSnapshotIndex:
         known = type(entry) is PrefixEntry and type(entry.slot) is int
         live = self._by_slot.get(entry.slot) if known else None
         if live is None or live.entry != entry:
-            raise InvalidArgumentError(f"'entry' must be a live entry of this index, got {entry!r}")
+            raise InvalidArgumentError(
+                f"'entry' must be a live entry of this index, got {shown(entry)}"
+            )
         return live
 
 

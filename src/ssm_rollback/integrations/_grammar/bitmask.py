@@ -12,7 +12,7 @@ from typing import Final
 
 import torch
 
-from ..._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int
+from ..._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int, shown
 
 __all__ = [
     "allocate_token_bitmask",
@@ -109,7 +109,7 @@ def check_row(bitmask: torch.Tensor, index: int, vocab_size: int) -> torch.Tenso
     index = check_non_negative_int("index", index)
     if index >= bitmask.shape[0]:
         raise InvalidArgumentError(
-            f"'index' must be < the bitmask's {bitmask.shape[0]} rows, got {index}"
+            f"'index' must be < the bitmask's {bitmask.shape[0]} rows, got {shown(index)}"
         )
     row = bitmask[index]
     if not row.is_contiguous():

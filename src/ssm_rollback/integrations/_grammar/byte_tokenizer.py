@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Final
 
 import attrs
 
-from ..._errors import InvalidArgumentError, InvalidArgumentTypeError
+from ..._errors import InvalidArgumentError, InvalidArgumentTypeError, shown
 from .matchers import LLGuidanceMatcher, XGrammarMatcher
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ def _check_specials(
     ):
         raise InvalidArgumentError(
             f"'specials' must be a non-empty tuple of distinct non-empty strings (EOS first), "
-            f"got {value!r}"
+            f"got {shown(value)}"
         )
 
 
@@ -94,7 +94,8 @@ class ByteTokenizer:
         for position, token in enumerate(ids):
             if type(token) is not int or not 0 <= token < self.vocab_size:
                 raise InvalidArgumentError(
-                    f"'ids[{position}]' must be a token id in [0, {self.vocab_size}), got {token!r}"
+                    f"'ids[{position}]' must be a token id in [0, {self.vocab_size}), "
+                    f"got {shown(token)}"
                 )
             if token < BYTE_TOKENS:
                 pending.append(token)
@@ -132,7 +133,7 @@ class ByteTokenizer:
             )
         except RuntimeError as error:
             raise InvalidArgumentError(
-                f"'schema' must be a JSON schema xgrammar compiles, got {schema!r}: {error}"
+                f"'schema' must be a JSON schema xgrammar compiles, got {shown(schema)}: {error}"
             ) from None
         matcher = xgrammar.GrammarMatcher(compiled)
         return XGrammarMatcher(matcher, self.vocab_size, max_rollback_tokens=max_rollback_tokens)
@@ -150,13 +151,14 @@ class ByteTokenizer:
             )
         except ValueError as refused:  # the overrides need an object schema: 'false' has none
             raise InvalidArgumentError(
-                f"'schema' must be a JSON schema llguidance compiles, got {schema!r}: {refused}"
+                f"'schema' must be a JSON schema llguidance compiles, got {shown(schema)}: "
+                f"{refused}"
             ) from None
         tokenizer = _llguidance_tokenizer(self.specials)
         error = llguidance.LLMatcher.validate_grammar(grammar, tokenizer)
         if error:
             raise InvalidArgumentError(
-                f"'schema' must be a JSON schema llguidance compiles, got {schema!r}: {error}"
+                f"'schema' must be a JSON schema llguidance compiles, got {shown(schema)}: {error}"
             )
         matcher = llguidance.LLMatcher(tokenizer, grammar, log_level=0)
         return LLGuidanceMatcher(matcher, tokenizer, max_rollback_tokens=max_rollback_tokens)
@@ -192,7 +194,7 @@ def _schema_text(schema: object) -> str:
             text = json.dumps(schema)
         except (TypeError, ValueError) as error:
             raise InvalidArgumentError(
-                f"'schema' must be JSON-serialisable, got {schema!r}: {error}"
+                f"'schema' must be JSON-serialisable, got {shown(schema)}: {error}"
             ) from None
     else:
         raise InvalidArgumentTypeError(
@@ -201,9 +203,11 @@ def _schema_text(schema: object) -> str:
     try:
         parsed = json.loads(text)
     except ValueError as error:
-        raise InvalidArgumentError(f"'schema' must be valid JSON, got {text!r}: {error}") from None
+        raise InvalidArgumentError(
+            f"'schema' must be valid JSON, got {shown(text)}: {error}"
+        ) from None
     if not isinstance(parsed, dict | bool):
-        raise InvalidArgumentError(f"'schema' must be a JSON object, got {text!r}")
+        raise InvalidArgumentError(f"'schema' must be a JSON object, got {shown(text)}")
     # 'true' allows anything, as '{}' does; llguidance takes only the object form.
     return "{}" if parsed is True else text
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Protocol, final, runtime_checkable
 
 import torch
 
-from ..._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int
+from ..._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int, shown
 from .bitmask import check_row, clear_padding, describe
 from .xgrammar_vocab import check_vocab_size
 
@@ -92,7 +92,7 @@ def _check_rollback(num_tokens: int, limit: int) -> int:
     num_tokens = check_non_negative_int("num_tokens", num_tokens)
     if num_tokens > limit:
         raise InvalidArgumentError(
-            f"'num_tokens' must be <= the matcher's rollback_limit {limit}, got {num_tokens}"
+            f"'num_tokens' must be <= the matcher's rollback_limit {limit}, got {shown(num_tokens)}"
         )
     return num_tokens
 

@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
-from ..._errors import InvalidArgumentError
+from ..._errors import InvalidArgumentError, shown
 from .bitmask import allocate_token_bitmask
 
 if TYPE_CHECKING:
@@ -52,7 +52,8 @@ def check_vocab_size(matcher: xgrammar.GrammarMatcher, vocab_size: int) -> None:
         if vocab_size != engine:
             raise InvalidArgumentError(
                 f"'vocab_size' must be the matcher's vocabulary size {engine} (the vocab_size "
-                f"of the xgrammar.TokenizerInfo its grammar was compiled with), got {vocab_size}"
+                f"of the xgrammar.TokenizerInfo its grammar was compiled with), "
+                f"got {shown(vocab_size)}"
             )
         return
     # xgrammar did not say: its bitmask check still refuses another number of words.

@@ -54,7 +54,9 @@ def text_vocab_size(model: object, name: str = "model") -> int:
         )
     vocab = getattr(text_config(decoder=True), "vocab_size", None)
     if type(vocab) is not int or vocab < 1:
-        raise InvalidArgumentError(f"'{name}' config must give a vocab_size >= 1, got {vocab!r}")
+        raise InvalidArgumentError(
+            f"'{name}' config must give a vocab_size >= 1, got {shown(vocab)}"
+        )
     return vocab
 
 
@@ -67,7 +69,9 @@ def token_id(name: str, value: object, vocab: int, verb: str = "be") -> int:
     except TypeError:
         raise InvalidArgumentTypeError(f"'{name}' must {verb} {_IDS}, got {shown(value)}") from None
     if not 0 <= token < vocab:
-        raise InvalidArgumentError(f"'{name}' must {verb} token ids in [0, {vocab}), got {token}")
+        raise InvalidArgumentError(
+            f"'{name}' must {verb} token ids in [0, {vocab}), got {shown(token)}"
+        )
     return token
 
 
@@ -208,7 +212,7 @@ def pad_id(pad_token_id: object, configured: object, eos: frozenset[int]) -> int
             )
         if pad_token_id < 0:
             raise InvalidArgumentError(
-                f"'pad_token_id' must be an int >= 0 or None, got {pad_token_id}"
+                f"'pad_token_id' must be an int >= 0 or None, got {shown(pad_token_id)}"
             )
         return int(pad_token_id)
     if isinstance(configured, int) and not isinstance(configured, bool) and configured >= 0:

@@ -19,7 +19,7 @@ from transformers.cache_utils import (
 )
 
 from ... import SaveBatch, SsmSnapshotRestore, SsmSnapshotSave
-from ..._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int
+from ..._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int, shown
 from ...backends.torch import TorchSnapshotPool
 from ...pool import SaveOutcome
 
@@ -113,7 +113,8 @@ class HybridCacheSnapshotPool:
             expected = check_non_negative_int("num_sequences", num_sequences)
             if expected != batch:
                 raise InvalidArgumentError(
-                    f"'num_sequences' must match the cache's batch size {batch}, got {expected}"
+                    f"'num_sequences' must match the cache's batch size {batch}, "
+                    f"got {shown(expected)}"
                 )
         self._cache = cache
         self._refs = tuple(refs)

@@ -99,8 +99,8 @@ def checked_positions(publish_at: object, length: int) -> set[int]:
         position = check_non_negative_int(f"publish_at[{i}]", position)
         if position >= length:
             raise InvalidArgumentError(
-                f"'publish_at' must hold positions < len(input_ids) {length}, got {position} "
-                f"at index {i}"
+                f"'publish_at' must hold positions < len(input_ids) {length}, "
+                f"got {shown(position)} at index {i}"
             )
         positions.add(position)
     positions.discard(0)

@@ -20,7 +20,7 @@ from transformers.cache_utils import (
     LinearAttentionCacheLayerMixin,
 )
 
-from ..._errors import InvalidArgumentError, check_non_negative_int
+from ..._errors import InvalidArgumentError, check_non_negative_int, shown
 from .cache_pool import cache_layers
 
 __all__ = ["crop_attention", "plan_crop_attention"]
@@ -72,7 +72,7 @@ def _check_within(idx: int, held: int, length: int) -> None:
     """Refuse a ``length`` past the ``held`` tokens of layer ``idx``: a crop cannot grow it."""
     if length > held:
         raise InvalidArgumentError(
-            f"'length' must be <= the cache's length {held} (layer {idx}), got {length}"
+            f"'length' must be <= the cache's length {held} (layer {idx}), got {shown(length)}"
         )
 
 

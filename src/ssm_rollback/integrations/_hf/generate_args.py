@@ -103,7 +103,7 @@ class GenerateArgs:
         if length <= width:
             raise InvalidArgumentError(
                 f"'generation_config.max_length' must exceed the prompt's length {width} "
-                f"(or pass max_new_tokens), got {length}"
+                f"(or pass max_new_tokens), got {shown(length)}"
             )
         return length - width
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..._errors import InvalidArgumentError, check_non_negative_int, describe
+from ..._errors import InvalidArgumentError, check_non_negative_int, describe, shown
 from ._scheduler import RequestOptions
 from ._store import LayerGroup
 
@@ -74,11 +74,11 @@ def check_engine(
     attention, mamba = kinds
     role = _setting(vllm_config, "kv_transfer_config.kv_role")
     if role != "kv_both":
-        raise UnsupportedEngineError(f"'kv_role' must be 'kv_both', got {role!r}")
+        raise UnsupportedEngineError(f"'kv_role' must be 'kv_both', got {shown(role)}")
     for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
         size = _setting(vllm_config, f"parallel_config.{name}")
         if size not in (None, 1):
-            raise UnsupportedEngineError(f"'{name}' must be 1 (one worker), got {size!r}")
+            raise UnsupportedEngineError(f"'{name}' must be 1 (one worker), got {shown(size)}")
     if _setting(vllm_config, "cache_config.enable_prefix_caching"):
         raise UnsupportedEngineError(
             "'enable_prefix_caching' must be False: the connector is the prefix cache "
