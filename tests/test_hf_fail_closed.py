@@ -184,7 +184,7 @@ def test_every_keyword_is_used_or_refused_by_name(
     [
         ({"num_beams": 2}, "greedy decoding or sampling"),
         ({"output_attentions": True, "return_dict_in_generate": True}, "output_attentions"),
-        ({"max_time": 5.0}, "MaxTimeCriteria"),
+        ({"max_time": 5.0}, "generation_config.max_time"),
         ({"guidance_scale": 2.0}, "'guidance_scale' must be None or 1"),
     ],
 )

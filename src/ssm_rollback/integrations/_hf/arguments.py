@@ -11,6 +11,7 @@ from __future__ import annotations
 import operator
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Final, cast
 
 import torch
 
@@ -188,8 +189,9 @@ def _device(model: torch.nn.Module) -> torch.device:
     raise InvalidArgumentError(f"'model' must have parameters, got a {type(model).__name__}")
 
 
-def eos_ids(eos_token_id: object, configured: object, vocab: int) -> frozenset[int]:
-    """The ids that end a row: ``eos_token_id``, or the generation config's when it is None.
+def eos_ids(eos_token_id: object, configured: object, vocab: int) -> tuple[int, ...]:
+    """The ids that end a row, in the order given (the first pads, as in ``generate``):
+    ``eos_token_id``, or the generation config's when it is None.
 
     A config's id past the vocabulary is the model's own business: it never ends a row, as in
     ``generate``. One passed here is a mistake, and refused."""
@@ -197,24 +199,31 @@ def eos_ids(eos_token_id: object, configured: object, vocab: int) -> frozenset[i
     if eos_token_id is None:
         name, eos_token_id, vocab = "generation_config.eos_token_id", configured, sys.maxsize
         if eos_token_id is None:
-            return frozenset()
+            return ()
     if isinstance(eos_token_id, int) and not isinstance(eos_token_id, bool):
-        return frozenset({token_id(name, eos_token_id, vocab)})
-    return frozenset(token_ids(name, eos_token_id, vocab))
+        return (token_id(name, eos_token_id, vocab),)
+    return tuple(dict.fromkeys(token_ids(name, eos_token_id, vocab)))
 
 
-def pad_id(pad_token_id: object, configured: object, eos: frozenset[int]) -> int:
-    """The id that pads rows that ended early: ``pad_token_id``, the config's, an EOS, or 0."""
+#: A pad id goes into an int64 tensor, as in ``generate``.
+_MAX_PAD: Final = (1 << 63) - 1
+
+
+def pad_id(pad_token_id: object, configured: object, eos: Sequence[int]) -> int:
+    """The id that pads rows that ended early: ``pad_token_id``, the config's, the first EOS
+    (as ``generate`` pads), or 0."""
     if pad_token_id is not None:
         if isinstance(pad_token_id, bool) or not isinstance(pad_token_id, int):
             raise InvalidArgumentTypeError(
                 f"'pad_token_id' must be an int >= 0 or None, got {shown(pad_token_id)}"
             )
-        if pad_token_id < 0:
+        if not 0 <= pad_token_id <= _MAX_PAD:
             raise InvalidArgumentError(
-                f"'pad_token_id' must be an int >= 0 or None, got {shown(pad_token_id)}"
+                f"'pad_token_id' must be an int in [0, 2**63) (an int64, as generate's output "
+                f"holds it) or None, got {shown(pad_token_id)}"
             )
         return int(pad_token_id)
-    if isinstance(configured, int) and not isinstance(configured, bool) and configured >= 0:
-        return configured
-    return min(eos) if eos else 0
+    configured_int = isinstance(configured, int) and not isinstance(configured, bool)
+    if configured_int and 0 <= cast(int, configured) <= _MAX_PAD:  # else generate's business
+        return cast(int, configured)
+    return eos[0] if eos else 0

@@ -6,10 +6,12 @@ generation_config=, **model_kwargs)``, where ``model_kwargs`` holds what it
 prepared (``attention_mask``, ``position_ids``, an empty ``cache``,
 ``use_cache``, ``logits_to_keep``) and any model keyword the caller passed;
 keywords named in the decoder's own signature (``draft``, ``max_rollbacks``...)
-come to it directly instead - except ``max_new_tokens``, which the signature
-``generate`` inspects leaves out (``length_in_config``) so that it reaches the
-generation config. Its ``streamer`` and ``assistant_model`` it does not hand
-over: those are read from its frame (``streaming.generate_call``).
+come to it directly instead - except ``max_new_tokens``, ``eos_token_id`` and
+``pad_token_id``, which the signature ``generate`` inspects leaves out
+(``settings_in_config``) so that they reach the generation config, where
+``generate`` builds its processors and the attention mask from them. Its
+``streamer`` and ``assistant_model`` it does not hand over: those are read
+from its frame (``streaming.generate_call``).
 
 A direct call takes the same keywords, and generation settings as
 ``generate`` takes them (``temperature=``, ``do_sample=``...; a
@@ -32,24 +34,28 @@ from typing import TYPE_CHECKING, ParamSpec, TypeVar, cast
 import attrs
 import torch
 from transformers import GenerationConfig
-from transformers.cache_utils import Cache
-from transformers.generation.configuration_utils import GenerationMode
 from transformers.generation.logits_process import (
     LogitsProcessorList,
-    UnbatchedClassifierFreeGuidanceLogitsProcessor,
 )
-from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
 from transformers.generation.utils import GenerationMixin
 
 from ..._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int
 from .arguments import shown
 from .decoding import Outputs
+from .generate_checks import (
+    check_criteria,
+    check_empty_cache,
+    check_modes,
+    check_token_settings,
+    given_processors,
+    no_guidance,
+)
 from .scoring import Scoring
 
 if TYPE_CHECKING:
     from transformers._typing import GenerativePreTrainedModel
 
-__all__ = ["GenerateArgs", "generate_args", "length_in_config"]
+__all__ = ["GenerateArgs", "generate_args", "settings_in_config"]
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -67,10 +73,6 @@ _TAKEN = (
     "logits_to_keep",
     "streamer",
 )
-
-#: Settings that ask for outputs a ``GenerationResult`` does not have (it has ``scores`` and
-#: ``logits``; ``return_dict_in_generate`` is what it always is).
-_OUTPUTS = ("output_attentions", "output_hidden_states")
 
 
 @attrs.frozen(eq=False)
@@ -108,15 +110,26 @@ class GenerateArgs:
         return length - width
 
     def scoring(
-        self, model: torch.nn.Module, ids: torch.Tensor, generator: torch.Generator | None
+        self,
+        model: torch.nn.Module,
+        ids: torch.Tensor,
+        generator: torch.Generator | None,
+        *,
+        eos: Sequence[int],
+        max_new_tokens: int,
     ) -> Scoring:
         """How the call turns logits into tokens: ``generate``'s processors (built here for a
-        direct call, as ``generate`` builds them for ``ids``), greedy or sampled."""
+        direct call, as ``generate`` builds them for ``ids`` with the call's EOS ids and
+        length), greedy or sampled."""
         config, processors = self.config, self.processors
         sampled = generator is not None or bool(config.do_sample)
         if not self.prepared:
             config = copy.deepcopy(config)
             config.do_sample = sampled  # a generator samples, with generate's sampling settings
+            # What generate puts in its config before building them: min_new_tokens holds back
+            # these EOS ids, forced_eos_token_id and the like read the whole length.
+            config.eos_token_id = list(eos) or None
+            config.max_length = ids.shape[-1] + max_new_tokens
             processors = _build_processors(model, config, ids, processors)
         elif sampled and not config.do_sample:
             raise InvalidArgumentError(
@@ -132,10 +145,12 @@ def generate_args(
     kwargs: Mapping[str, object],
     *,
     model: torch.nn.Module,
+    vocab: int,
     call: Mapping[str, object] | None,
 ) -> GenerateArgs:
     """Check what ``generate`` (``call``: its arguments) or a direct caller passed in
-    ``**generate_kwargs``; refuse the rest by name. (``streamer`` is the stream's.)"""
+    ``**generate_kwargs``; refuse the rest by name, and token ids past ``vocab`` in the
+    settings. (``streamer`` is the stream's.)"""
     if call is not None and call.get("assistant_model") is not None:
         hint = (
             "takes its assistant as draft=model" if "speculative" in decoder else "drafts nothing"
@@ -160,11 +175,12 @@ def generate_args(
             f"(GenerationConfig fields) and what model.generate passes a custom_generate "
             f"function ({', '.join(_TAKEN)})"
         )
-    _check_modes(config)
-    processors = _processors(decoder, taken.get("logits_processor"))
-    _generates_own_criteria(taken.get("stopping_criteria"), config)
+    check_modes(config)
+    check_token_settings(config, vocab)
+    processors = given_processors(decoder, taken.get("logits_processor"))
+    check_criteria(taken.get("stopping_criteria"), config, call is not None)
     for name in ("cache", "past_key_values"):
-        _empty_cache(name, taken.get(name))
+        check_empty_cache(name, taken.get(name))
     use_cache = taken.get("use_cache")
     if use_cache is not None and use_cache is not True:
         raise InvalidArgumentError(
@@ -223,25 +239,6 @@ def _checked_config(value: object) -> GenerationConfig | None:
     return value
 
 
-def _check_modes(value: GenerationConfig) -> None:
-    mode = value.get_generation_mode()
-    if mode not in (GenerationMode.GREEDY_SEARCH, GenerationMode.SAMPLE):
-        raise InvalidArgumentError(
-            f"'generation_config' must ask for greedy decoding or sampling (num_beams=1, no "
-            f"assistant_model or prompt lookup, no DoLa or contrastive search), got {mode.value}"
-        )
-    if value.num_return_sequences not in (None, 1):
-        raise InvalidArgumentError(
-            f"'generation_config.num_return_sequences' must be 1, got {value.num_return_sequences}"
-        )
-    for name in _OUTPUTS:
-        if getattr(value, name, None):
-            raise InvalidArgumentError(
-                f"'generation_config.{name}' must be False: the decoders return sequences, "
-                f"scores, logits and a report (a GenerationResult), got True"
-            )
-
-
 def _build_processors(
     model: torch.nn.Module,
     config: GenerationConfig,
@@ -265,84 +262,29 @@ def _build_processors(
         )
     except (TypeError, ValueError) as error:
         raise InvalidArgumentError(f"generation settings must be valid: {error}") from None
-    _no_guidance(built)
+    no_guidance(built)
     return built
 
 
-def _processors(decoder: str, value: object) -> LogitsProcessorList:
-    if value is None:
-        return LogitsProcessorList()
-    if not isinstance(value, Sequence) or isinstance(value, str | bytes):
-        raise InvalidArgumentTypeError(
-            f"'logits_processor' must be a list of logits processors, got {shown(value)}"
-        )
-    odd = [type(p).__name__ for p in value if not callable(p)]
-    if odd:
-        raise InvalidArgumentTypeError(
-            f"'logits_processor' must hold logits processors (callables of input_ids and "
-            f"scores), got {', '.join(odd)}"
-        )
-    _no_guidance(value)
-    return LogitsProcessorList(value)
+#: A decoder's keywords that are generation settings: ``generate`` must keep them in its config.
+_IN_CONFIG = ("max_new_tokens", "eos_token_id", "pad_token_id")
 
 
-def _no_guidance(processors: Sequence[object]) -> None:
-    """Classifier-free guidance runs the model on a cache of its own, one token per call: it
-    cannot follow verify positions or rollbacks."""
-    if any(isinstance(p, UnbatchedClassifierFreeGuidanceLogitsProcessor) for p in processors):
-        raise InvalidArgumentError(
-            "'guidance_scale' must be None or 1: classifier-free guidance decodes its own "
-            "cache one token at a time, which the decoders' rollbacks cannot follow, got "
-            "UnbatchedClassifierFreeGuidanceLogitsProcessor"
-        )
-
-
-def _generates_own_criteria(value: object, config: GenerationConfig | None) -> None:
-    """Only the length and EOS criteria ``generate`` derives from the config: the decoders
-    apply ``max_new_tokens`` and ``eos_token_id`` themselves."""
-    if value is None:
-        return
-    if not isinstance(value, Sequence):
-        raise InvalidArgumentTypeError(
-            f"'stopping_criteria' must be a list of stopping criteria, got {shown(value)}"
-        )
-    own = (MaxLengthCriteria, EosTokenCriteria) if config is not None else ()
-    other = [type(c).__name__ for c in value if not isinstance(c, own)]
-    if other:
-        raise InvalidArgumentError(
-            f"'stopping_criteria' may hold only the length and EOS criteria model.generate "
-            f"derives from its generation_config, got {', '.join(other)} (from max_time, "
-            f"stop_strings or criteria of your own)"
-        )
-
-
-def _empty_cache(name: str, value: object) -> None:
-    if value is None:
-        return
-    if not isinstance(value, Cache):
-        raise InvalidArgumentTypeError(
-            f"'{name}' must be an empty transformers Cache or None, got {shown(value)}"
-        )
-    held = value.get_seq_length()
-    if held:
-        raise InvalidArgumentError(
-            f"'{name}' must be empty: the decoders prefill a cache of their own from input_ids "
-            f"(pass the whole prompt), got a {type(value).__name__} holding {held} tokens"
-        )
-
-
-def length_in_config(decoder: Callable[_P, _R]) -> Callable[_P, _R]:
-    """``decoder`` with ``max_new_tokens`` left out of the signature ``generate`` inspects.
+def settings_in_config(decoder: Callable[_P, _R]) -> Callable[_P, _R]:
+    """``decoder`` with its generation settings (``_IN_CONFIG``) left out of the signature
+    ``generate`` inspects.
 
     ``generate`` takes every keyword a callable ``custom_generate`` names (and
     ``_sample`` does not) out of its generation config and hands it over
-    directly; ``max_new_tokens`` taken out that way leaves the config at the
-    default ``max_length``, and ``generate`` warns that it is using it. Left
-    out of the signature, ``max_new_tokens`` stays in the config, which the
-    decoder reads (``GenerateArgs.max_new_tokens``); a direct call passes it
-    by name as before, and type checkers see the real signature.
+    directly. Taken out that way, ``max_new_tokens`` leaves the config at the
+    default ``max_length``; ``eos_token_id`` never reaches the processors
+    built from the config (``min_new_tokens`` would not hold it back); and
+    ``pad_token_id`` never reaches the attention mask ``generate`` derives
+    from the padding. Left out of the signature, they stay in the config,
+    which the decoder reads (``GenerateArgs``); a direct call passes them by
+    name as before, and type checkers see the real signature.
     """
     signature = inspect.signature(decoder)
-    kept = [p for p in signature.parameters.values() if p.name != "max_new_tokens"]
+    kept = [p for p in signature.parameters.values() if p.name not in _IN_CONFIG]
     vars(decoder)["__signature__"] = signature.replace(parameters=kept)
     return decoder

@@ -38,7 +38,7 @@ from .arguments import (
     text_vocab_size,
 )
 from .decoding import GenerationReport, GenerationResult, Outputs, _Counts
-from .generate_args import generate_args, length_in_config
+from .generate_args import generate_args, settings_in_config
 from .prefix_cache import HybridPrefixCache
 from .prefix_use import checked_prefix_cache, publish_stream, start_stream
 from .prompts import InputIds, Prompts, read_prompts, sequences
@@ -64,14 +64,14 @@ class _Rules:
     boundary: Callable[[int], bool]
     reject: RejectFn
     banned: torch.Tensor | None
-    eos: frozenset[int]
+    eos: tuple[int, ...]
     scoring: Scoring
     check: bool
     stream: TokenStreamer
     outputs: Outputs = attrs.field(factory=Outputs)
 
 
-@length_in_config
+@settings_in_config
 def backtracking_generate(
     model: torch.nn.Module,
     input_ids: InputIds,
@@ -134,7 +134,9 @@ def backtracking_generate(
     with open_stream(generate_kwargs, call) as stream:
         vocab = text_vocab_size(model)
         generator = check_generator(generator, model)
-        passed = generate_args("backtracking_generate", generate_kwargs, model=model, call=call)
+        passed = generate_args(
+            "backtracking_generate", generate_kwargs, model=model, vocab=vocab, call=call
+        )
         prompts = read_prompts(input_ids, passed.attention_mask, passed.position_ids, vocab)
         max_new_tokens = passed.max_new_tokens(max_new_tokens, len(prompts.given[0]))
         # A ring never holds more boundaries than a row has positions: no slot past those is used.
@@ -156,7 +158,7 @@ def backtracking_generate(
             reject,
             ban_mask(ban, vocab),
             eos,
-            passed.scoring(model, given, generator),
+            passed.scoring(model, given, generator, eos=eos, max_new_tokens=max_new_tokens),
             check_flag("check_rollbacks", check_rollbacks),
             stream,
             passed.outputs,
@@ -193,7 +195,9 @@ def _decode_rows(
     done_before = 0
     outputs = []
     rows = []
-    for prompt, given, row_grammar in zip(prompts.rows, prompts.given, grammars, strict=True):
+    rows_given = zip(prompts.rows, prompts.given, grammars, strict=True)
+    for i, (prompt, given, row_grammar) in enumerate(rows_given):
+        row_rules = attrs.evolve(rules, scoring=rules.scoring.for_row(i))
         row = _Row(_Stream(model, vocab, slots), SsmDecodeRing(slots), prompt, given, budget=budget)
         row.grammar = row_grammar
         start_stream(prefixes, row.stream, prompt)
@@ -203,8 +207,7 @@ def _decode_rows(
             if progress is not None:
                 progress(base + done, total)
 
-        _decode_row(row, rules, counts, report_progress)
-        publish_stream(prefixes, row.stream, prompt, row.output)
+        _decode_row(row, row_rules, counts, report_progress)
         rules.stream.tokens(row.output[row.streamed :])
         done_before += rules.max_new_tokens
         counts.tokens += len(row.output)
@@ -212,6 +215,8 @@ def _decode_rows(
         counts.forward_passes += row.stream.forward_passes
         outputs.append(row.output)
         rows.append(row)
+    for row in rows:  # once every row decoded: a call that raises publishes nothing
+        publish_stream(prefixes, row.stream, row.prompt, row.output)
     return outputs, counts, rows
 
 

@@ -92,7 +92,7 @@ def _ids(input_ids: object) -> torch.Tensor:
             f"'input_ids' must be integer token ids shaped [batch, length] with batch and "
             f"length >= 1, got {shown(ids)}"
         )
-    return ids
+    return ids.long()  # compared in int64: 128 is no int8, so `ids >= vocab` would wrap there
 
 
 def _left_padding(attention_mask: object, ids: torch.Tensor) -> torch.Tensor | None:

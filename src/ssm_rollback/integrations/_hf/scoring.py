@@ -7,6 +7,11 @@ own assisted decoding applies them: to every verify position, in order, in
 float32, each with the tokens before that position (prompt, output, and the
 drafts ahead of it) as its ``input_ids``. A decode is greedy (argmax of the
 processed scores) unless it samples (``do_sample``, or a ``generator``).
+
+The rows of a batch decode one after another, so a processor sees one row
+at a time, as a batch of one. ``prefix_allowed_tokens_fn`` is still called
+with the row's index in the batch, as ``generate`` calls it (``for_row``);
+a processor of the caller's own that reads the batch index sees 0.
 """
 
 from __future__ import annotations
@@ -15,7 +20,10 @@ from collections.abc import Sequence
 
 import attrs
 import torch
-from transformers.generation.logits_process import LogitsProcessorList
+from transformers.generation.logits_process import (
+    LogitsProcessorList,
+    PrefixConstrainedLogitsProcessor,
+)
 
 __all__ = ["Scoring", "pick"]
 
@@ -42,6 +50,13 @@ class Scoring:
             scores[i] = self.processors(upto, scores[i : i + 1])[0]  # type: ignore[arg-type]
         return scores
 
+    def for_row(self, row: int) -> Scoring:
+        """The scoring of batch row ``row``: ``prefix_allowed_tokens_fn`` told the row's index."""
+        if row == 0 or self.processors is None:
+            return self
+        kept = [_constraint_of_row(p, row) for p in self.processors]
+        return attrs.evolve(self, processors=LogitsProcessorList(kept))
+
     def pick(self, scores: torch.Tensor) -> int:
         return pick(scores, self.generator, self.sampled)
 
@@ -55,3 +70,16 @@ def pick(
         return int(scores.argmax())
     probs = torch.softmax(scores.float(), -1)
     return int(torch.multinomial(probs, 1, generator=generator))
+
+
+def _constraint_of_row(processor: object, row: int) -> object:
+    """``processor``, or for ``prefix_allowed_tokens_fn``'s a copy that passes it ``row`` where
+    ``generate`` passes the batch index (each row is scored as a batch of one)."""
+    if type(processor) is not PrefixConstrainedLogitsProcessor:
+        return processor
+    allowed = processor._prefix_allowed_tokens_fn  # transformers 5.25's field: the function
+
+    def allowed_in_row(_batch_id: int, ids: torch.Tensor) -> list[int]:
+        return allowed(row, ids)
+
+    return PrefixConstrainedLogitsProcessor(allowed_in_row, num_beams=1)

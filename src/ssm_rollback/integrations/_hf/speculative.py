@@ -35,7 +35,7 @@ from .arguments import (
 )
 from .decoding import GenerationResult, Outputs, _Counts
 from .drafting import DraftFn, Proposal, drafters
-from .generate_args import generate_args, length_in_config
+from .generate_args import generate_args, settings_in_config
 from .prefix_use import checked_prefix_cache, publish_stream, start_stream
 from .probe import check_multi_token_forward
 from .prompts import InputIds, read_prompts, sequences
@@ -97,7 +97,7 @@ class _Boundaries:
     is_boundary: Callable[[int], bool]
 
 
-@length_in_config
+@settings_in_config
 def speculative_generate(
     model: torch.nn.Module,
     input_ids: InputIds,
@@ -137,7 +137,9 @@ def speculative_generate(
     with open_stream(generate_kwargs, call) as stream:
         vocab = text_vocab_size(model)
         generator = check_generator(generator, model)
-        passed = generate_args("speculative_generate", generate_kwargs, model=model, call=call)
+        passed = generate_args(
+            "speculative_generate", generate_kwargs, model=model, vocab=vocab, call=call
+        )
         prompts = read_prompts(input_ids, passed.attention_mask, passed.position_ids, vocab)
         max_new_tokens = passed.max_new_tokens(max_new_tokens, len(prompts.given[0]))
         k_max = check_non_negative_int("num_draft_tokens", num_draft_tokens)
@@ -165,20 +167,26 @@ def speculative_generate(
                 f"one after another (pass one row, or no streamer), got {len(prompts.rows)} rows"
             )
         scoring = passed.scoring(
-            model, torch.tensor(prompts.given, device=prompts.device), generator
+            model,
+            torch.tensor(prompts.given, device=prompts.device),
+            generator,
+            eos=eos,
+            max_new_tokens=max_new_tokens,
         )
         stream.prompt(torch.tensor(prompts.given))
         counts = _Counts()
         runs: list[_Run] = []
-        for prompt, given in zip(prompts.rows, prompts.given, strict=True):
+        for i, (prompt, given) in enumerate(zip(prompts.rows, prompts.given, strict=True)):
             # Each row on its own: a stream, a ring and a drafter of its own.
             ring = _Boundaries(SsmDecodeRing(slots), boundary) if boundary is not None else None
             target = _Stream(model, vocab, slots)
             start_stream(prefixes, target, prompt)
-            run = _Run(target, ring, scoring, eos, stream, counts, passed.outputs, given)
+            row_scoring = scoring.for_row(i)
+            run = _Run(target, ring, row_scoring, eos, stream, counts, passed.outputs, given)
             run.new.extend(_decode(run, prompt, max_new_tokens, k_max, new_drafter()))
-            publish_stream(prefixes, target, prompt, run.new)
             runs.append(run)
+        for prompt, run in zip(prompts.rows, runs, strict=True):  # every row decoded: no raise
+            publish_stream(prefixes, run.target, prompt, run.new)
         return passed.outputs.result(
             sequences(prompts, [run.new for run in runs], pad),
             counts.freeze(),
@@ -196,7 +204,7 @@ class _Run:
     target: _Stream
     boundaries: _Boundaries | None
     scoring: Scoring
-    eos: frozenset[int]
+    eos: tuple[int, ...]
     stream: TokenStreamer
     counts: _Counts
     #: Per new token, with ``output_scores`` / ``output_logits``: its scores and raw logits.
@@ -266,7 +274,7 @@ def _decode(
     return new
 
 
-def _cut(tokens: list[int], eos: frozenset[int]) -> list[int]:
+def _cut(tokens: list[int], eos: tuple[int, ...]) -> list[int]:
     for i, token in enumerate(tokens):
         if token in eos:
             return tokens[: i + 1]

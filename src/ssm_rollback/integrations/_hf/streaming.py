@@ -6,14 +6,16 @@ function only the keywords of its own signature that ``_sample`` lacks), so a
 consumer of a ``TextIteratorStreamer`` would wait for ``end()`` forever. The
 decoders therefore read the arguments ``generate`` did not hand over from
 its frame (``generate_call``), only when ``generate``'s own code called
-them; a direct call passes ``streamer=`` as a keyword.
+them, itself or through a function of the caller's own given as
+``custom_generate``; a direct call passes ``streamer=`` as a keyword.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Mapping
-from types import FrameType
+from types import CodeType, FrameType
 from typing import Protocol, final
 
 import torch
@@ -35,13 +37,47 @@ class Streamer(Protocol):
     def end(self) -> object: ...
 
 
+#: How many functions of the caller's own may stand between ``generate`` and a decoder.
+_WRAPPERS = 4
+
+
 def generate_call(frame: FrameType | None) -> Mapping[str, object] | None:
-    """The arguments of the ``model.generate`` call that called a decoder from ``frame``'s
-    caller, or ``None`` for a direct call."""
-    caller = frame.f_back if frame is not None else None
-    if caller is None or caller.f_code is not _GENERATE_CODE:
+    """The arguments of the ``model.generate`` call that called the decoder running in
+    ``frame``, or ``None`` for a direct call.
+
+    ``generate`` calls its ``custom_generate``: the decoder itself (or a
+    ``functools.partial`` of it), or a function of the caller's own that calls
+    the decoder, perhaps through a few more. That function is found by the
+    frame ``generate`` called, which must run ``custom_generate``'s code:
+    a decoder called by some other code inside ``generate`` is a direct call.
+    """
+    if frame is None:
         return None
-    return dict(caller.f_locals)
+    below, caller = frame, frame.f_back
+    for _ in range(_WRAPPERS + 1):
+        if caller is None:
+            return None
+        if caller.f_code is _GENERATE_CODE:
+            wrapper = caller.f_locals.get("custom_generate")
+            if below is frame or below.f_code is _code_of(wrapper):
+                return dict(caller.f_locals)
+            return None
+        below, caller = caller, caller.f_back
+    return None
+
+
+def _code_of(function: object) -> CodeType | None:
+    """The code a call of ``function`` runs first: a function's, a partial's or a bound
+    method's function's, a callable object's ``__call__``'s."""
+    while isinstance(function, functools.partial):
+        function = function.func
+    if not callable(function):
+        return None
+    target = inspect.unwrap(getattr(function, "__func__", function))  # a bound method's too
+    code = getattr(target, "__code__", None)
+    if code is None:  # a callable object
+        code = getattr(inspect.getattr_static(type(target), "__call__", None), "__code__", None)
+    return code if isinstance(code, CodeType) else None
 
 
 def open_stream(kwargs: Mapping[str, object], call: Mapping[str, object] | None) -> TokenStreamer:
