@@ -221,8 +221,9 @@ def _torch_calls() -> dict[str, tuple[Callable[[int], object], str]]:
         where = {"rank": 0, "tp_size": 1, "dim": 1} | given
         return shard_of(full, config, tensor="conv", **where)
 
-    def pool(**given: int) -> TorchSnapshotPool:
-        return TorchSnapshotPool([torch.zeros(2, 3)], 2, **given)
+    def pool(*, batch_dim: int = 0, shared_slots: int = 0) -> TorchSnapshotPool:
+        live = [torch.zeros(2, 3)]
+        return TorchSnapshotPool(live, 2, batch_dim=batch_dim, shared_slots=shared_slots)
 
     return {
         "TorchSnapshotPool batch_dim": (lambda v: pool(batch_dim=abs(v)), "'batch_dim'"),

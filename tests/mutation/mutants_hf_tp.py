@@ -22,6 +22,7 @@ HF_DECODER_TESTS = (
     "tests/test_prefix_cache.py",
     "tests/test_prefix_publish.py",
     "tests/test_hf_generate_outputs.py",
+    "tests/test_hf_generate_misuse.py",
 )
 SPEC_TESTS = HF_DECODER_TESTS
 SPEC_SELECT: tuple[str, ...] = ()
@@ -120,6 +121,98 @@ HF_TP_MUTANTS: tuple[Mutant, ...] = (
         DRAFTING,
         "        if common < len(held):\n            stream.rewind(common)",
         "        if False:\n            stream.rewind(common)",
+    ),
+    # -- the generate() contract (tests/test_hf_generate_misuse.py) ---------------------------
+    _s(
+        "hf_eos_keyword_handed_over",  # generate hands eos_token_id over, past min_new_tokens
+        "integrations/_hf/generate_args.py",
+        '_IN_CONFIG = ("max_new_tokens", "eos_token_id", "pad_token_id")',
+        '_IN_CONFIG = ("max_new_tokens", "pad_token_id")',
+    ),
+    _s(
+        "hf_pad_keyword_handed_over",  # generate's mask misses the caller's pad id
+        "integrations/_hf/generate_args.py",
+        '_IN_CONFIG = ("max_new_tokens", "eos_token_id", "pad_token_id")',
+        '_IN_CONFIG = ("max_new_tokens", "eos_token_id")',
+    ),
+    _s(
+        "hf_direct_processors_default_length",
+        "integrations/_hf/generate_args.py",
+        "            config.max_length = ids.shape[-1] + max_new_tokens\n",
+        "",
+    ),
+    _s(
+        "hf_direct_processors_without_the_calls_eos",
+        "integrations/_hf/generate_args.py",
+        "            config.eos_token_id = list(eos) or None\n",
+        "",
+    ),
+    _s(
+        "hf_pad_with_the_smallest_eos",
+        "integrations/_hf/arguments.py",
+        "    return eos[0] if eos else 0",
+        "    return min(eos) if eos else 0",
+    ),
+    _s(
+        "hf_pad_past_int64_ok",
+        "integrations/_hf/arguments.py",
+        "        if not 0 <= pad_token_id <= _MAX_PAD:",
+        "        if not 0 <= pad_token_id:",
+    ),
+    _s(
+        "hf_own_criteria_with_other_values_ok",
+        "integrations/_hf/generate_checks.py",
+        "        return bool(criterion.max_length == config.max_length)",
+        "        return True",
+    ),
+    _s(
+        "hf_own_eos_criterion_with_other_ids_ok",
+        "integrations/_hf/generate_checks.py",
+        "        return set(criterion.eos_token_id.reshape(-1).tolist()) == set(ids)",
+        "        return True",
+    ),
+    _s(
+        "hf_max_time_ignored",
+        "integrations/_hf/generate_checks.py",
+        '_STOPS = ("max_time", "stop_strings")',
+        '_STOPS = ("stop_strings",)',
+    ),
+    _s(
+        "hf_token_settings_unchecked",
+        "integrations/_hf/generate_checks.py",
+        "            if not 0 <= token < vocab:",
+        "            if token < 0:",
+    ),
+    _s(
+        "hf_sequence_bias_pairs_unread",
+        "integrations/_hf/generate_checks.py",
+        "            items = items[:1]",
+        "            items = []",
+    ),
+    _s(
+        "hf_rows_told_row_zero",
+        "integrations/_hf/scoring.py",
+        "        return allowed(row, ids)",
+        "        return allowed(0, ids)",
+    ),
+    _s(
+        "hf_publish_as_each_row_ends",  # a later row's refusal leaves the earlier ones published
+        SPEC,
+        "            runs.append(run)\n",
+        "            runs.append(run)\n"
+        "            publish_stream(prefixes, target, prompt, run.new)\n",
+    ),
+    _s(
+        "hf_ids_compared_in_their_own_dtype",
+        "integrations/_hf/prompts.py",
+        "    return ids.long()  # compared in int64",
+        "    return ids  # compared in int64",
+    ),
+    _s(
+        "hf_wrapped_decoder_is_a_direct_call",
+        "integrations/_hf/streaming.py",
+        "            if below is frame or below.f_code is _code_of(wrapper):",
+        "            if below is frame:",
     ),
     # -- the agreement check's scheduler answer -----------------------------------------------
     _a(

@@ -34,7 +34,7 @@ from ..._errors import (
 from .arguments import check_flag, text_vocab_size, token_ids
 from .cache_copy import cache_lengths, cache_nbytes, clone_cache
 from .chat import checked_positions
-from .prefix_models import check_continues
+from .prefix_models import CacheLayout, check_continues
 from .prefix_report import PrefixCacheReport
 from .prefix_store import PrefixCopies
 from .prompts import read_prompts
@@ -62,8 +62,11 @@ class HybridPrefixCache:
         check_continues(model, self._vocab)
         self._config: PretrainedConfig = getattr(model, "config")  # noqa: B009 (typed here)
         self._pass = CachedForward(model)
+        one = self._forward(None, [0])
+        # What the model's own caches hold, after one token and two: only such caches are stored.
+        self._layout = CacheLayout.of(model, one, self._forward(None, [0, 0]))
         # The smallest entry (one token) bounds how many can ever fit: the index's slots.
-        smallest = cache_nbytes(self._forward(None, [0])) if self._max_bytes else 1
+        smallest = cache_nbytes(one)
         # Past the index's 2**24 slots, a budget holds more bytes, not more prefixes.
         self._index = PrefixSnapshotIndex(min(self._max_bytes // max(smallest, 1), MAX_CAPACITY))
         self._copies = PrefixCopies(self._max_bytes)
@@ -149,7 +152,7 @@ class HybridPrefixCache:
         tokens = self._prompt(sequences)
         after = token_ids("followed_by", followed_by, self._vocab, ordered=True)
         if not after:
-            return self.publish_state(tokens[:-1], cache)
+            return self._publish_state(tokens[:-1], cache)
         self._check_stands(tokens[:-1], cache)
         if not self._index.capacity:
             return 0  # nothing can be stored: compute nothing for it
@@ -158,28 +161,38 @@ class HybridPrefixCache:
         self._counts["tokens_computed"] += 1 + len(after)
         return self._publish_whole([*tokens, *after], closed)
 
-    def publish_state(self, tokens: Sequence[int], cache: Cache) -> int:
+    def publish_state(self, tokens: Sequence[int] | torch.Tensor, cache: Cache) -> int:
         """Store ``cache``, standing after exactly ``tokens``; the length stored under, or 0.
 
-        Every layer of ``cache`` that counts its tokens must hold
-        ``len(tokens)``, else nothing is stored and ``InvalidArgumentError``
-        says so (a cache of another call, or decoded on since).
+        ``tokens``: a list, tuple or 1-D tensor (or array) of token ids. ``cache``
+        must be one row of this model's own cache (its layers, their state
+        tensors' shapes and dtypes), and every layer of it that counts its
+        tokens must hold ``len(tokens)``; else nothing is stored and
+        ``InvalidArgumentError`` says so (a cache of another model or of a
+        batch, or of another call, or decoded on since). A cache of a model
+        of the very same layout but other weights cannot be told apart.
         """
+        return self._publish_state(token_ids("tokens", tokens, self._vocab, ordered=True), cache)
+
+    def _publish_state(self, tokens: list[int], cache: Cache) -> int:
         if not tokens:
             return 0  # nothing to share
-        tokens = self._prompt([list(tokens)])
         self._check_stands(tokens, cache)
         return self._publish_whole(tokens, cache)
 
     def _check_stands(self, tokens: list[int], cache: Cache) -> None:
-        """Refuse a ``cache`` whose layers do not all hold ``len(tokens)`` tokens."""
+        """Refuse a ``cache`` whose layers do not all hold ``len(tokens)`` tokens, or that is not
+        one row of this model's own (``CacheLayout``)."""
+        if not tokens:
+            return  # nothing is read from it
         held = cache_lengths(cache)
-        if tokens and held != {len(tokens)}:
+        if held != {len(tokens)}:
             raise InvalidArgumentError(
                 f"'cache' must stand after exactly the {len(tokens)} tokens to store (all but "
                 f"the last of generate's output: pass the cache that generate call was given), "
                 f"got layers holding {sorted(held)} tokens: nothing stored"
             )
+        self._layout.check(cache)
 
     def _publish_whole(self, tokens: list[int], cache: Cache) -> int:
         before = self._counts["published"]

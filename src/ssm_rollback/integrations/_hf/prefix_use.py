@@ -54,4 +54,4 @@ def publish_stream(
         return
     fed, output = stream.fed, [*prompt, *new]
     if len(fed) > len(prompt) and fed == output[: len(fed)]:
-        prefix_cache.publish_state(fed, stream.cache)
+        prefix_cache._publish_state(fed, stream.cache)  # ids the decoder checked already
