@@ -304,6 +304,25 @@ def test_a_bad_followed_by_is_refused_with_nothing_stored(
     assert cache.report == before
 
 
+@pytest.mark.parametrize(
+    ("sequences", "message"),
+    [
+        (torch.tensor([[1.0, 2.0]]), "'sequences' must be integer token ids"),
+        (torch.tensor([[1, 2, 500]]), r"'sequences' must be token ids in \[0, 128\)"),
+        (torch.zeros(2, 5, dtype=torch.long), "'sequences' must hold one row"),
+    ],
+)
+def test_bad_sequences_are_refused_by_their_own_name(sequences: torch.Tensor, message: str) -> None:
+    """They were named 'input_ids', an argument publish_generated does not have."""
+    m = model("nemotron_h")
+    cache = HybridPrefixCache(m, max_bytes=BIG)
+    _, prepared = answered(m, cache)
+    before = cache.report
+    with pytest.raises(InvalidArgumentError, match=message):
+        cache.publish_generated(sequences, prepared)
+    assert cache.report == before
+
+
 def test_followed_by_refuses_a_cache_that_does_not_stand_after_the_output() -> None:
     m = model("nemotron_h")
     cache = HybridPrefixCache(m, max_bytes=BIG)

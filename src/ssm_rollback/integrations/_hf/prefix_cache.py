@@ -149,7 +149,7 @@ class HybridPrefixCache:
 
         The length stored under, or 0 (held already, declined, or nothing to store).
         """
-        tokens = self._prompt(sequences)
+        tokens = self._prompt(sequences, "sequences")
         after = token_ids("followed_by", followed_by, self._vocab, ordered=True)
         if not after:
             return self._publish_state(tokens[:-1], cache)
@@ -206,11 +206,11 @@ class HybridPrefixCache:
 
     # -- the prefill ---------------------------------------------------------------------
 
-    def _prompt(self, input_ids: object) -> list[int]:
-        prompts = read_prompts(input_ids, None, None, self._vocab)
+    def _prompt(self, input_ids: object, name: str = "input_ids") -> list[int]:
+        prompts = read_prompts(input_ids, None, None, self._vocab, name)
         if len(prompts.rows) != 1:
             raise InvalidArgumentError(
-                f"'input_ids' must hold one row (a prefix cache prepares one prompt at a time), "
+                f"'{name}' must hold one row (a prefix cache prepares one prompt at a time), "
                 f"got {len(prompts.rows)}"
             )
         return prompts.rows[0]

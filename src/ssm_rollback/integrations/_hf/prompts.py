@@ -45,17 +45,22 @@ class Prompts:
 
 
 def read_prompts(
-    input_ids: object, attention_mask: object, position_ids: object, vocab: int
+    input_ids: object,
+    attention_mask: object,
+    position_ids: object,
+    vocab: int,
+    name: str = "input_ids",
 ) -> Prompts:
-    """``input_ids`` (``[batch, length]`` or one row) with its mask and position ids, checked."""
-    ids = _ids(input_ids)
+    """``input_ids`` (``[batch, length]`` or one row) with its mask and position ids, checked;
+    errors name the ids ``name`` (the argument the caller passed them as)."""
+    ids = _ids(input_ids, name)
     mask = _left_padding(attention_mask, ids)
     _check_position_ids(position_ids, ids, mask)
     outside = ((ids < 0) | (ids >= vocab)).nonzero()
     if len(outside):
         row, col = outside[0].tolist()
         raise InvalidArgumentError(
-            f"'input_ids' must be token ids in [0, {vocab}), got {int(ids[row, col])} "
+            f"'{name}' must be token ids in [0, {vocab}), got {int(ids[row, col])} "
             f"at [{row}, {col}]"
         )
     given: list[list[int]] = ids.tolist()
@@ -72,12 +77,12 @@ def sequences(prompts: Prompts, outputs: list[list[int]], pad: int) -> torch.Ten
     return torch.tensor(padded, dtype=torch.long, device=prompts.device)
 
 
-def _ids(input_ids: object) -> torch.Tensor:
+def _ids(input_ids: object, name: str) -> torch.Tensor:
     try:
         ids = torch.as_tensor(input_ids)
     except (TypeError, ValueError, RuntimeError):
         raise InvalidArgumentTypeError(
-            f"'input_ids' must be integer token ids shaped [batch, length], got {shown(input_ids)}"
+            f"'{name}' must be integer token ids shaped [batch, length], got {shown(input_ids)}"
         ) from None
     if ids.dim() == 1:
         ids = ids[None]
@@ -89,7 +94,7 @@ def _ids(input_ids: object) -> torch.Tensor:
         or ids.dtype.is_complex
     ):
         raise InvalidArgumentError(
-            f"'input_ids' must be integer token ids shaped [batch, length] with batch and "
+            f"'{name}' must be integer token ids shaped [batch, length] with batch and "
             f"length >= 1, got {shown(ids)}"
         )
     return ids.long()  # compared in int64: 128 is no int8, so `ids >= vocab` would wrap there
