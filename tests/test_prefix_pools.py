@@ -425,15 +425,63 @@ def test_a_shared_save_whose_entry_was_evicted_before_it_ran_is_left_out() -> No
     assert index.match([*range(5), 99]) is None
 
 
+@pytest.mark.parametrize("make", POOLS.values(), ids=POOLS.keys())
+def test_a_row_saved_twice_in_one_call_is_refused_even_when_one_save_is_superseded(
+    make: type,
+) -> None:
+    """Row 0 published at 3 and at 5 tokens in one step, the first entry evicted since: the
+    superseded save was left out before the batch rules ran, which then never saw row 0
+    twice. The other save tagged its slot with 5 tokens of a state holding 3, and a later
+    hit restored that state for the 5-token prefix."""
+    index = PrefixSnapshotIndex(2)
+    inner = FakeSnapshotPool(2, 1, shared_slots=2)
+    pool = make(inner)
+    inner.live = ["row 0 after 3", "row 1 after 2"]
+    at_3 = index.publish(0, [1, 2, 3], 3)
+    at_5 = index.publish(0, [7, 8, 9, 10, 11], 5)
+    evicting = index.publish(1, [4, 4], 2)  # takes at_3's slot (lru)
+    assert at_3 is not None
+    assert at_5 is not None
+    assert evicting is not None
+    assert at_3.slot == evicting.slot
+    before = index.entries()
+    for given in (None, index):
+        with pytest.raises(InvalidArgumentError, match="each row at most once"):
+            apply_effects(pool, [at_3, at_5, evicting], [], prefix_index=given)
+        assert [inner.stored_shared_ticket(s) for s in (0, 1)] == [None, None]
+        assert index.entries() == before
+
+
+def test_a_shared_save_of_another_length_than_its_entry_is_refused() -> None:
+    """Matched by slot and ticket alone, a save of length 1 for a 2-token entry was copied:
+    every later hit on the entry then failed as stale while the entry stayed."""
+    index = PrefixSnapshotIndex(2)
+    pool = FakeSnapshotPool(1, 1, shared_slots=2)
+    pool.live = ["row 0 after 2"]
+    save = index.publish(0, [1, 2, 3], 2)
+    assert save is not None
+    forged = attrs.evolve(save, length=1)
+    with pytest.raises(InvalidArgumentError, match=r"'prefix_index' placed.* another length"):
+        apply_effects(pool, [forged], [], prefix_index=index)
+    assert pool.stored_shared_ticket(save.slot) is None
+    assert apply_effects(pool, [save], [], prefix_index=index).ok
+
+
+@pytest.mark.parametrize("effect", [SsmPrefixSave, SsmPrefixRestore])
+def test_a_prefix_effect_of_no_tokens_is_refused(effect: type) -> None:
+    with pytest.raises(InvalidArgumentError, match="'length' must be an int >= 1"):
+        effect(0, 0, 0, 1)
+
+
 def test_a_shared_save_another_index_placed_is_refused_not_left_out() -> None:
     """Given the wrong index, every save looked superseded: left out, copied nowhere, and
     the call said ok while the right index kept an entry whose slot was never written."""
     index, other = PrefixSnapshotIndex(2), PrefixSnapshotIndex(2)
-    pool = FakeSnapshotPool(1, 1, shared_slots=2)
-    pool.live = ["row 0 after 2"]
+    pool = FakeSnapshotPool(2, 1, shared_slots=2)
+    pool.live = ["row 0 after 2", "row 1 after 2"]
     plan = index.plan_prefill(0, [1, 2, 3, 4], publish_at=[2])
     with pytest.raises(InvalidArgumentError, match=r"'effects\[0\]' .* 'prefix_index' placed"):
-        apply_effects(pool, [SsmPrefixSave(0, 1, 2, 5), *plan.saves], [], prefix_index=other)
+        apply_effects(pool, [SsmPrefixSave(1, 1, 2, 5), *plan.saves], [], prefix_index=other)
     assert pool.stored_shared_ticket(plan.saves[0].slot) is None  # nothing copied
     assert apply_effects(pool, plan.saves, [], prefix_index=index).ok
 

@@ -24,6 +24,7 @@ from ssm_rollback._tp import wire_values as _wire_values
 
 ints = st.integers(0, 2**62)
 small = st.integers(0, 64)
+lengths = st.integers(1, 2**62)  # a prefix is at least one token
 sources = st.none() | small
 
 
@@ -41,8 +42,8 @@ effects: st.SearchStrategy[Effect] = st.one_of(
     st.builds(SsmSnapshotRestore, ints, ints, ints, ints),
     st.builds(SsmStateAccept, ints, small),
     save_batches(),
-    st.builds(SsmPrefixSave, ints, ints, ints, ints),
-    st.builds(SsmPrefixRestore, ints, ints, ints, ints),
+    st.builds(SsmPrefixSave, ints, ints, lengths, ints),
+    st.builds(SsmPrefixRestore, ints, ints, lengths, ints),
 )
 #: Every type a payload may decode to.
 KINDS = (
@@ -65,8 +66,8 @@ def test_decode_inverts_encode(step: list[Effect]) -> None:
     assert all(hash(a) == hash(b) for a, b in zip(decoded, step, strict=True))
 
 
-prefix_effects = st.builds(SsmPrefixSave, small, small, ints, ints) | st.builds(
-    SsmPrefixRestore, small, small, ints, ints
+prefix_effects = st.builds(SsmPrefixSave, small, small, lengths, ints) | st.builds(
+    SsmPrefixRestore, small, small, lengths, ints
 )
 
 
@@ -156,7 +157,9 @@ def test_a_payload_of_format_version_4_is_refused_naming_the_version() -> None:
         ([1, -1, 0, 0, 0], "ints >= 0, got -1 at word 4"),
         ([1, 0, 0, -(2**63), 0], "ints >= 0, got -9223372036854775808 at word 6"),
         ([1, 0, 0, 0, -7], "ints >= 0, got -7 at word 7"),
-        ([1, 0, 0, 0, 0, 9], "must end after its 1 records, at word 8, got 9 words"),
+        ([1, 0, 0, 1, 0, 9], "must end after its 1 records, at word 8, got 9 words"),
+        ([1, 0, 0, 0, 0], r"must hold lengths >= 1 \(a prefix of at least one token\)"),
+        ([2, 0, 1, 0, 0, 5, 0, 7, 7], r"at word 4 must hold lengths >= 1"),
     ],
 )
 def test_malformed_prefix_records_are_refused(kind: int, body: list[int], message: str) -> None:

@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import attrs
 
-from .._errors import InvalidArgumentTypeError, check_non_negative_int, shown
+from .._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int, shown
 
 __all__ = [
     "SsmPrefixRestore",
@@ -27,6 +27,14 @@ __all__ = [
 def _non_negative_int(_instance: object, attribute: attrs.Attribute[int], value: int) -> None:
     if type(value) is not int or value < 0:  # effects are made per boundary: fast path first
         check_non_negative_int(attribute.name, value)
+
+
+def _positive_int(_instance: object, attribute: attrs.Attribute[int], value: int) -> None:
+    """A prefix's length: a shared state stands after at least one token (none is no prefix)."""
+    if (type(value) is not int or value < 1) and check_non_negative_int(attribute.name, value) < 1:
+        raise InvalidArgumentError(
+            f"'{attribute.name}' must be an int >= 1 (a prefix of at least one token), got 0"
+        )
 
 
 def _source(_instance: object, attribute: attrs.Attribute[int | None], value: int | None) -> None:
@@ -135,7 +143,7 @@ class _PrefixEffect:
 
     seq: int = attrs.field(validator=_non_negative_int)
     slot: int = attrs.field(validator=_non_negative_int)
-    length: int = attrs.field(validator=_non_negative_int)
+    length: int = attrs.field(validator=_positive_int)
     ticket: int = attrs.field(validator=_non_negative_int)
 
     kind: ClassVar[str]

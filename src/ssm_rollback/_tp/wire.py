@@ -23,8 +23,9 @@ Rules of the format (version 5):
    state, ``None`` or ``LIVE``, as 0), an accept's ticket as ``ticket + 1``
    (``None`` as 0). One check of the whole payload -
    ``min``, or the caller's own on its tensor (``checked=True``) - is then
-   every effect constructor's check, so a decoded effect is one the sender
-   could have built.
+   every effect constructor's check but one, so a decoded effect is one the
+   sender could have built: a prefix record's lengths are ``>= 1``, checked
+   with the record (its column's ``min``).
 
 Every rank decodes the same words, so every rank raises the same error.
 """
@@ -292,6 +293,11 @@ def _record(words: tuple[int, ...], at: int, record: int, effects: list[Effect])
             f"payload has {len(words)} words"
         )
     columns = [words[at + c * n : at + (c + 1) * n] for c in range(width)]
+    if kind in (PREFIX_SAVES, PREFIX_RESTORES) and n and min(columns[2]) < 1:
+        raise WireError(
+            f"record {record} ({name}) at word {at} must hold lengths >= 1 (a prefix of at "
+            f"least one token) in its third column, got 0"
+        )
     if kind == SAVE_BATCH:
         effects.append(values.save_batch(*columns))
     elif kind == ACCEPTS:

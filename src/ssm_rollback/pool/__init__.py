@@ -93,8 +93,9 @@ def apply_effects(
     restore that needed it then raises ``StaleSnapshotError`` when its batch
     comes, after the batches before it were applied. With ``prefix_index``,
     a shared save whose entry left the index before the call is left out
-    (superseded), and one the index never placed is refused. Returns every
-    failed save (``failed``) and shared save (``failed_shared``).
+    (superseded; a row saved twice is refused all the same), and one the
+    index never placed, or of another length than its entry, is refused.
+    Returns every failed save (``failed``) and shared save (``failed_shared``).
     """
     # A pool built on PoolBase checks against its own SlotTags and copies
     # what they checked: each batch is checked here, once, and trusted there.
@@ -108,9 +109,9 @@ def apply_effects(
         )
     ring_for = ring_lookup(rings)
     runs = runs_of(effects)
-    if prefix_index is not None:
-        runs = _without_superseded(runs, prefix_index)
     checks: SharedChecks = PoolTagsView(pool) if tagged is None else tagged._slot_tags()
+    if prefix_index is not None:
+        runs = _without_superseded(runs, prefix_index, checks)
     if any(run.accepts for run in runs):
         verify_buffers(pool, "SsmStateAccept effects")
     shared = _shared_pool(pool, runs) if tagged is None else None
@@ -158,7 +159,9 @@ def apply_effects(
     return SaveOutcome(tuple(failed), tuple(failed_shared))
 
 
-def _without_superseded(runs: list[Run], index: PrefixSnapshotIndex) -> list[Run]:
+def _without_superseded(
+    runs: list[Run], index: PrefixSnapshotIndex, checks: SharedChecks
+) -> list[Run]:
     """The runs without the shared saves whose entry ``index`` no longer holds.
 
     An entry can be evicted, its slot given to another prefix, between the
@@ -166,25 +169,34 @@ def _without_superseded(runs: list[Run], index: PrefixSnapshotIndex) -> list[Run
     in the same step, say). Its save would then write a slot another entry
     owns - and, beside that entry's own save, name the slot twice in one
     call. Nothing points at it any more, so it is left out, as a failed save
-    would be discarded.
+    would be discarded. The rows, ids and lengths are checked on the saves
+    as given, before any is left out: a row saved twice in one call is
+    refused whether or not one of its saves is superseded, and a save whose
+    length is not its entry's was not placed by ``index``.
     """
-    live: dict[int, int] | None = None
+    live: dict[int, tuple[int, int]] | None = None
     for run in runs:
         if not run.shared_saves:
             continue
+        saves, names = run.shared_saves, run.names()
+        # The batch rules' row check, on the saves as given (their slot check comes after).
+        checks._check_shared_ids(
+            [s.seq for s in saves], [s.slot for s in saves], names, writes=False
+        )
         if live is None:
-            live = {entry.slot: entry.ticket for entry in index.entries()}
+            live = {entry.slot: (entry.ticket, entry.length) for entry in index.entries()}
         kept = []
-        for k, save in enumerate(run.shared_saves):
-            if live.get(save.slot) == save.ticket:
+        for k, save in enumerate(saves):
+            ticket, length = live.get(save.slot, (None, None))
+            if ticket == save.ticket and length == save.length:
                 kept.append(k)
-            elif not index._left_lately(save.ticket):  # no entry of it here, live or left
+            elif ticket == save.ticket or not index._left_lately(save.ticket):
                 raise InvalidArgumentError(
-                    f"'{run.names().of(k)}' ({shown(save)}) must be a save that 'prefix_index' "
+                    f"'{names.of(k)}' ({shown(save)}) must be a save that 'prefix_index' "
                     f"placed, got one it holds no entry of, live or left lately: another "
-                    f"index's, or one whose entry left long ago"
+                    f"index's, one whose entry left long ago, or one of another length"
                 )
-        if len(kept) != len(run.shared_saves):
+        if len(kept) != len(saves):
             run.keep_shared_saves(kept)
     return [run for run in runs if not run.empty()]
 

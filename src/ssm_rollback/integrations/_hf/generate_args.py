@@ -177,7 +177,7 @@ def generate_args(
         )
     check_modes(config)
     check_token_settings(config, vocab)
-    processors = given_processors(decoder, taken.get("logits_processor"))
+    processors = given_processors(taken.get("logits_processor"))
     check_criteria(taken.get("stopping_criteria"), config, call is not None)
     for name in ("cache", "past_key_values"):
         check_empty_cache(name, taken.get(name))

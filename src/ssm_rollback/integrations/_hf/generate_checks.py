@@ -38,6 +38,8 @@ _OUTPUTS = ("output_attentions", "output_hidden_states")
 
 
 def check_modes(value: GenerationConfig) -> None:
+    """Refuse a config asking for a mode, a stop, prompt healing or an output the decoders do
+    not have."""
     mode = value.get_generation_mode()
     if mode not in (GenerationMode.GREEDY_SEARCH, GenerationMode.SAMPLE):
         raise InvalidArgumentError(
@@ -67,7 +69,8 @@ def check_modes(value: GenerationConfig) -> None:
             )
 
 
-def given_processors(decoder: str, value: object) -> LogitsProcessorList:
+def given_processors(value: object) -> LogitsProcessorList:
+    """``logits_processor``: a list of callables (no classifier-free guidance), or none."""
     if value is None:
         return LogitsProcessorList()
     if not isinstance(value, Sequence) or isinstance(value, str | bytes):
