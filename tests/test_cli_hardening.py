@@ -303,6 +303,52 @@ def test_a_closed_pipe_ends_quietly() -> None:
     assert (done.returncode, done.stderr) == (1, "")
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full here")
+def test_a_full_disk_is_one_line_not_a_traceback() -> None:
+    """``ssm-rollback ring > /dev/full``: only a broken pipe was caught; ENOSPC leaked."""
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "ssm_rollback", "ring"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            check=False,
+        )
+    assert done.returncode == 1
+    assert (
+        done.stderr
+        == "ssm-rollback ring: error: cannot write the output: No space left on device\n"
+    )
+
+
+def test_a_closed_stdout_is_one_line_not_a_traceback() -> None:
+    """``ssm-rollback ring >&-``: Python starts with ``sys.stdout`` None; the run failed on it."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import os, sys; os.close(1); "
+            "from ssm_rollback.cli import main; sys.stdout = None; sys.exit(main(['ring']))",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert (
+        done.stderr
+        == "ssm-rollback ring: error: cannot write the output: standard output is closed\n"
+    )
+
+
+def test_a_closed_stderr_leaves_the_progress_bar_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Started with ``2>&-``, ``sys.stderr`` is None: the progress bar asked it isatty()."""
+    monkeypatch.setattr(sys, "stderr", None)
+    out = io.StringIO()
+    assert main(["simulate", "--sequences", "1", "--tokens", "5"], out) == 0
+    assert "depth" in out.getvalue()
+
+
 # -- demo model types -------------------------------------------------------------------------
 
 

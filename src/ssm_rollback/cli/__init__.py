@@ -28,6 +28,8 @@ PROG: Final = "ssm-rollback"
 USAGE_ERROR: Final = 2
 # What CPython's signal docs recommend after a broken pipe: exit 1, no traceback.
 BROKEN_PIPE: Final = 1
+#: Exit status when the output cannot be written (a full disk, a closed stdout): one line.
+OUTPUT_ERROR: Final = 1
 
 
 class _Parser(argparse.ArgumentParser):
@@ -81,7 +83,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     except SsmRollbackError as error:
         flags: Mapping[str, str] = getattr(args, "flags", {})
         message = flag_message(error, flags, getattr(args, "source", None))
-        print(f"{PROG} {args.command}: error: {one_line(message)}", file=sys.stderr)
+        _say(f"{PROG} {args.command}: error: {one_line(message)}")
         return USAGE_ERROR
     return status
 
@@ -94,13 +96,31 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         return exit.code if isinstance(exit.code, int) else USAGE_ERROR
     if out is not None:
         return _run(args, out)
+    if sys.stdout is None:  # started with stdout closed (`>&-`): nowhere to write the output
+        _say(f"{PROG} {args.command}: error: cannot write the output: standard output is closed")
+        return OUTPUT_ERROR
     try:
         status = _run(args, sys.stdout)
         sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
     except BrokenPipeError:
-        # The reader (`| head`) has gone: point stdout at devnull so the interpreter's
-        # own final flush cannot fail again, and exit without a traceback.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        # The reader (`| head`) has gone: exit without a traceback.
+        _silence_stdout()
         return BROKEN_PIPE
+    except OSError as error:  # a full disk (/dev/full), an I/O error: one line, not a traceback
+        _silence_stdout()
+        reason = error.strerror or type(error).__name__
+        _say(f"{PROG} {args.command}: error: cannot write the output: {reason}")
+        return OUTPUT_ERROR
     return status
+
+
+def _silence_stdout() -> None:
+    """Point stdout at devnull, so the interpreter's own final flush cannot fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+def _say(line: str) -> None:
+    """``line`` on stderr, if there is one (started with ``2>&-``, there is none)."""
+    if sys.stderr is not None:
+        print(line, file=sys.stderr)

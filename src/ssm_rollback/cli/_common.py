@@ -130,9 +130,10 @@ def human(size: float) -> str:
     raise AssertionError("unreachable")
 
 
-def progress_bar(stream: TextIO, unit: str, *, quiet: bool) -> Callable[[int, int], None]:
-    """A one-line progress bar counting ``unit`` on an interactive ``stream``; else silent."""
-    if quiet or not stream.isatty():
+def progress_bar(stream: TextIO | None, unit: str, *, quiet: bool) -> Callable[[int, int], None]:
+    """A one-line progress bar counting ``unit`` on an interactive ``stream``; else silent
+    (also with no stream: a process started with stderr closed has none)."""
+    if quiet or stream is None or not stream.isatty():
         return lambda done, total: None
 
     def show(done: int, total: int) -> None:
