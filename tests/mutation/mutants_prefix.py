@@ -230,14 +230,26 @@ PREFIX_MUTANTS: tuple[Mutant, ...] = (
     _x(
         "index_full_not_evicting",
         INDEX,
-        "            victim = self._order.victim(own)\n",
+        "            victim = self._order.victim(own or {})\n",
         "            victim = None\n",
     ),
     _x(
         "index_victim_pinned_ok",
         EVICTION,
-        "            if live.pins and id(live) not in mine:",
+        "            if live.pins and id(live) not in own:",
         "            if False:",
+    ),
+    _x(
+        "index_plan_may_not_evict_its_own",  # rule 6: a long plan keeps its first positions
+        EVICTION,
+        "            if live.pins and id(live) not in own:",
+        "            if live.pins:",
+    ),
+    _x(
+        "index_evicted_own_kept_in_the_plan",
+        INDEX,
+        "            if own:\n                own.pop(id(victim), None)\n",
+        "",
     ),
     _x(
         "index_lru_evicts_newest",

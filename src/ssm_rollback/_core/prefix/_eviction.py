@@ -16,7 +16,7 @@ re-filed since, or gone) are skipped when met and dropped in bulk.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable
 from typing import Final, Literal, final, get_args
 
 import attrs
@@ -110,20 +110,19 @@ class EvictionOrder:
         live.demoted = True
         self.file(live)
 
-    def victim(self, own: Sequence[Live]) -> Live | None:
+    def victim(self, own: Container[int]) -> Live | None:
         """The unpinned entry the policy evicts, or ``None`` when all are pinned; ``own``
-        (what the plan placing now has placed) may go though pinned (rule 6).
+        (the ids of what the plan placing now has placed) may go though pinned (rule 6).
 
         The heap's least current item; pinned entries met on the way are filed back.
         """
-        mine = {id(live) for live in own}
         heap, pinned, victim = self._heap, [], None
         while heap:
             item = heapq.heappop(heap)
             live = item[4]
             if self._lives.get(live.entry.slot) is not live or live.key != item[:3]:
                 continue  # stale
-            if live.pins and id(live) not in mine:
+            if live.pins and id(live) not in own:
                 pinned.append(item)
                 continue
             victim = live

@@ -221,7 +221,7 @@ class PrefixSnapshotIndex:
             hit = PrefixHit(e, SsmPrefixRestore(seq, e.slot, e.length, e.ticket))
         start = 0 if hit is None else hit.entry.length
         chunks: list[PrefillChunk] = []
-        own: list[Live] = []
+        own: dict[int, Live] = {}  # what this plan placed and still holds, by id, in order
         for position in positions:
             if position <= start or position == 0:
                 continue
@@ -233,17 +233,16 @@ class PrefixSnapshotIndex:
             if placed is None:
                 continue
             placed.pins += 1
-            own.append(placed)
+            own[id(placed)] = placed
         if found is not None and frontier and found.kids and self._eviction == "benefit":
             # Passed through (rule 7): the plan placed a longer entry on the hit's path, where
             # the traffic goes on; the hit keeps the age it had.
             self._order.pass_through(found, last_use)
-        for live in own:
-            if self._by_slot.get(live.entry.slot) is live:  # not evicted for a later position
-                pinned.append(live)
-                e = live.entry
-                save = SsmPrefixSave(seq, e.slot, e.length, e.ticket)
-                chunks.append(PrefillChunk(e.length, save))
+        for live in own.values():  # those evicted for a later position left ``own``
+            pinned.append(live)
+            e = live.entry
+            save = SsmPrefixSave(seq, e.slot, e.length, e.ticket)
+            chunks.append(PrefillChunk(e.length, save))
         chunks.append(PrefillChunk(len(token_list), None))
         plan = PrefillPlan(seq, hit, start, tuple(chunks), mint_ticket())
         self._plans[plan.pin] = (plan, tuple(pinned))
@@ -322,18 +321,23 @@ class PrefixSnapshotIndex:
 
     # -- placement and eviction ------------------------------------------------------
 
-    def _place(self, tokens: list[int], length: int, own: Sequence[Live] = ()) -> Live | None:
+    def _place(
+        self, tokens: list[int], length: int, own: dict[int, Live] | None = None
+    ) -> Live | None:
         """A new entry at ``tokens[:length]`` in a free or evicted slot; ``None``: declined.
 
-        ``own``: what the plan placing it has placed so far, which it may evict (rule 6).
+        ``own``: what the plan placing it has placed and still holds, by id, which it may
+        evict (rule 6); one evicted leaves it.
         """
         if not self._free and self._fresh == self._capacity:  # full
-            victim = self._order.victim(own)
+            victim = self._order.victim(own or {})
             if victim is None:
                 self._stats["declined"] += 1
                 return None
             self._order.evicted(victim)
             self._drop(victim)
+            if own:
+                own.pop(id(victim), None)
             self._stats["evicted"] += 1
         if self._free:
             slot = self._free.pop()
