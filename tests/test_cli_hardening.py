@@ -163,6 +163,18 @@ def test_spec_tokens_past_what_a_machine_holds_name_the_flag(
     assert line.endswith("more than the 2**50 bytes (1 PiB) a machine holds (nemotron_h)")
 
 
+@pytest.mark.parametrize("extra", [(), ("--prefix-slots", "1")], ids=["plain", "prefix slots"])
+def test_sequences_past_what_a_machine_holds_name_the_flag(
+    capsys: pytest.CaptureFixture[str], extra: tuple[str, ...]
+) -> None:
+    """``--max-seqs 10**27`` printed a plan of 9e22 TiB with exit 0; with --prefix-slots the
+    refusal blamed --prefix-slots."""
+    line = refused(capsys, *PLAN, "--max-seqs", str(10**27), "--spec-tokens", "4", *extra)
+    assert line.startswith("ssm-rollback plan: error: --max-seqs must be at most 44,090,691,840:")
+    assert line.endswith("is past 2**64 bytes, more than any machine holds")
+    assert main([*PLAN, "--max-seqs", "44090691840", "--spec-tokens", "4"], io.StringIO()) == 0
+
+
 def test_a_depth_past_what_a_machine_holds_names_the_flag(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -110,8 +110,9 @@ def decode_rollback_ring_slots(
     ``os.environ``); either may exceed ``max_slots`` but must fit. A
     malformed or unaffordable override raises ``InvalidArgumentError``
     naming its source; so does any other argument of the wrong type or range
-    (``env`` must be a mapping, ``max_sequences`` at least 1, ``free_bytes``
-    at most 2**64, a ``spec`` at most 2**50 bytes per sequence).
+    (``env`` must be a mapping, ``max_sequences`` at least 1 and at most
+    what one slot per sequence in 2**64 bytes allows, ``free_bytes`` at most
+    2**64, a ``spec`` at most 2**50 bytes per sequence).
     """
     if not isinstance(spec, SsmStateSpec):
         raise InvalidArgumentTypeError(f"'spec' must be an SsmStateSpec, got {type(spec).__name__}")
@@ -140,6 +141,14 @@ def decode_rollback_ring_slots(
     oversize = oversized(spec)  # state_spec_from_hf_config refuses these; a hand-built spec
     if oversize is not None:
         raise InvalidArgumentError(f"'spec' must fit a machine, got {oversize[1]}")
+    per_sequence = max(per_slot, spec.speculative_bytes_per_sequence)
+    if sequences * per_sequence > MAX_FREE_BYTES:  # one slot each (or the buffers): no machine
+        raise InvalidArgumentError(
+            f"'max_sequences' must be at most {number(MAX_FREE_BYTES // per_sequence)}: one "
+            f"snapshot slot (and the speculative buffers) of each of {number(sequences)} "
+            f"sequences ({number(per_sequence)} bytes each) is past 2**64 bytes, more than any "
+            f"machine holds"
+        )
     speculative = sequences * spec.speculative_bytes_per_sequence
     shared = shared_slots * per_slot
     if shared and speculative + shared > free:
