@@ -233,6 +233,31 @@ def test_simulate_workload_refuses_the_depth_simulations_flags(
     assert f"{given[0]}: sets the depth simulation" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "given",
+    [
+        ("--depths", "0,1,2,4,8,16"),
+        ("--model", "nemotron-h-8b"),
+        ("--tokens", "512"),
+        ("--layout", "vllm"),
+        ("--tp", "1"),
+        ("--spec-tokens", "0"),
+    ],
+)
+def test_simulate_workload_refuses_a_depth_flag_given_its_default_value(
+    given: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Compared with their defaults, these passed: given, and silently ignored."""
+    assert run(*PREFIX, *given)[0] == 2
+    assert f"{given[0]}: sets the depth simulation" in capsys.readouterr().err
+
+
+def test_simulate_refuses_a_repeated_depth(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--depths 4,4,4`` simulated and printed depth 4 three times."""
+    assert run("simulate", "--depths", "4,4,4")[0] == 2
+    assert "--depths: must not repeat a depth, got '4,4,4'" in capsys.readouterr().err
+
+
 def test_simulate_workload_plot_without_matplotlib_exits_2(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

@@ -287,6 +287,23 @@ def test_a_plot_without_matplotlib_is_refused_before_simulating(
     assert "error: --plot: needs matplotlib" in line
 
 
+@pytest.mark.usefixtures("no_replay")
+def test_a_plot_that_is_no_regular_file_is_refused_before_simulating(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A FIFO, a device or an empty name passed the folder check: the whole run went first,
+    then the FIFO failed with ': None' and /dev/null was reported as a plot written."""
+    pytest.importorskip("matplotlib")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    assert "is not a regular file" in refused(capsys, "simulate", "--plot", str(fifo))
+    assert "is not a regular file" in refused(capsys, "simulate", "--plot", os.devnull)
+    assert "--plot: must name a file, got ''" in refused(capsys, "simulate", "--plot", "")
+    loop = tmp_path / "loop.png"
+    loop.symlink_to(loop)
+    assert "--plot: cannot write" in refused(capsys, "simulate", "--plot", str(loop))
+
+
 def test_any_plot_name_gets_a_png(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     plot = tmp_path / "depths.weird"

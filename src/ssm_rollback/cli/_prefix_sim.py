@@ -85,9 +85,6 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     """Simulate, then print the table (or ``--json``) and write ``--plot``."""
     if args.trace is not None:
         raise FlagError("--trace", "replays a decode trace; --workload generates its own")
-    for dest, (flag, default) in args.depth_only.items():
-        if getattr(args, dest) != default:
-            raise FlagError(flag, "sets the depth simulation; --workload runs the prefix one")
     params = TraceParams.default(args.workload, requests=args.requests, seed=args.seed)
     slots = DEFAULT_PREFIX_SLOTS if args.prefix_slots is None else args.prefix_slots
     bar = progress_bar(sys.stderr, "requests", quiet=args.json)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import stat
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, TextIO
@@ -36,11 +37,24 @@ MAX_BYTES_PER_SEQUENCE: Final = 2**50
 def _depths(text: str) -> list[int]:
     parse = int_flag(0)
     try:
-        return [parse(part.strip()) for part in text.split(",")]
+        depths = [parse(part.strip()) for part in text.split(",")]
     except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(
             f"must be comma-separated ints >= 0, got {shown(text)}"
         ) from None
+    if len(set(depths)) != len(depths):
+        raise argparse.ArgumentTypeError(f"must not repeat a depth, got {shown(text)}")
+    return depths
+
+
+class _NotGiven:
+    """The value of a depth-only flag the command line did not give (``_given_depth_flags``)."""
+
+    def __repr__(self) -> str:
+        return "not given"
+
+
+_NOT_GIVEN: Final = _NotGiven()
 
 
 #: The flags of the depth simulation only (``dest``: flag), refused beside ``--workload``.
@@ -135,9 +149,10 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "path": "--plot",
     }
     simulate.set_defaults(run=run, flags=flags, model="nemotron-h-8b")
-    # What --workload would ignore, with the value each has when not given.
+    # What --workload would ignore, with the value each has when not given: parsed as
+    # _NOT_GIVEN, so that a flag given its default value is still seen as given.
     depth_only = {dest: (flag, simulate.get_default(dest)) for dest, flag in _DEPTH_ONLY.items()}
-    simulate.set_defaults(depth_only=depth_only)
+    simulate.set_defaults(depth_only=depth_only, **dict.fromkeys(_DEPTH_ONLY, _NOT_GIVEN))
 
 
 def run(args: argparse.Namespace, out: TextIO) -> int:
@@ -145,7 +160,10 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
 
     if args.plot is not None:
         _check_plot(args.plot)
+    given = _given_depth_flags(args)
     if args.workload is not None:
+        if given:
+            raise FlagError(given[0], "sets the depth simulation; --workload runs the prefix one")
         return _prefix_sim.run(args, out)
     _prefix_sim.check_depth_only(args)
     _check_speculation(args)  # before load_spec sizes the engine's buffers for K
@@ -301,10 +319,25 @@ def _events(args: argparse.Namespace) -> tuple[list[TraceEvent], str]:
     return events, source
 
 
+def _given_depth_flags(args: argparse.Namespace) -> list[str]:
+    """The depth-only flags the command line gave, in ``_DEPTH_ONLY``'s order; each of the
+    others takes its default now."""
+    given = []
+    for dest, (flag, default) in args.depth_only.items():
+        if getattr(args, dest) is _NOT_GIVEN:
+            setattr(args, dest, default)
+        else:
+            given.append(flag)
+    return given
+
+
 def _check_plot(path: str) -> None:
-    """Refuse a --plot that cannot be written before the simulation runs, not after."""
+    """Refuse a --plot that cannot be written before the simulation runs, not after: a
+    missing or read-only folder, a folder, a FIFO or a device, a file it cannot replace."""
     if importlib.util.find_spec("matplotlib") is None:
         raise FlagError("--plot", "needs matplotlib: pip install 'ssm-rollback[plot]'")
+    if not path:
+        raise FlagError("--plot", "must name a file, got ''")
     folder = Path(path).parent
     # os.path.isdir: Path.is_dir raises for a name too long or with a NUL in it.
     if not os.path.isdir(folder):
@@ -313,6 +346,21 @@ def _check_plot(path: str) -> None:
         raise FlagError("--plot", f"{shown(path)} is a folder, not a file name")
     if not os.access(folder, os.W_OK):
         raise FlagError("--plot", f"folder {shown(str(folder))} is not writable")
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return  # a new file in a writable folder
+    except (OSError, ValueError) as error:  # a symlink loop, a NUL in the name
+        raise FlagError("--plot", f"cannot write {shown(path)}: {_reason(error)}") from None
+    if not stat.S_ISREG(mode):
+        raise FlagError("--plot", f"{shown(path)} is not a regular file (a FIFO or a device?)")
+    if not os.access(path, os.W_OK):
+        raise FlagError("--plot", f"{shown(path)} is not writable")
+
+
+def _reason(error: Exception) -> str:
+    """Why writing failed: the OS's words, or the error's type where it has none."""
+    return getattr(error, "strerror", None) or type(error).__name__
 
 
 def _plot(path: str, results: list[DepthResult], per_slot: int, model_type: str) -> None:
@@ -338,6 +386,6 @@ def _plot(path: str, results: list[DepthResult], per_slot: int, model_type: str)
         # suffix would otherwise be a matplotlib error after the whole run.
         figure.savefig(path, dpi=100, format="png")
     except OSError as error:
-        raise FlagError("--plot", f"cannot write {shown(path)}: {error.strerror}") from None
+        raise FlagError("--plot", f"cannot write {shown(path)}: {_reason(error)}") from None
     finally:
         pyplot.close(figure)

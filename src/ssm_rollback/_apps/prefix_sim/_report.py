@@ -269,7 +269,7 @@ def plot(report: SimulationReport, path: str | Path) -> None:
         figure.savefig(path, dpi=100, format="png")
     except OSError as error:
         raise InvalidArgumentError(
-            f"'path': cannot write {shown(str(path))}: {error.strerror}"
+            f"'path': cannot write {shown(str(path))}: {error.strerror or type(error).__name__}"
         ) from None
     finally:
         pyplot.close(figure)
