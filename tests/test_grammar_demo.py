@@ -204,6 +204,20 @@ def test_bad_grammar_flags_exit_2_naming_the_flag(
 # -- runs -------------------------------------------------------------------------------------
 
 
+def test_a_run_that_fails_its_checks_says_which_in_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--length 1`` leaves no room for a tool call: exit 1 came with no word of why."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("xgrammar")
+    status, _ = run("demo", "--grammar", "--calls", "2", "--length", "1")
+    assert status == 1
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "ssm-rollback demo: 0 of 2 tool calls came out schema-valid and 0 approved within "
+        "--length 1 tokens (raise --length to give every call room)"
+    )
+
+
 def _counts(report: dict[str, object]) -> dict[str, int]:
     return {k: v for k, v in report.items() if isinstance(v, int) and not isinstance(v, bool)}
 

@@ -51,7 +51,25 @@ def run_grammar(args: argparse.Namespace, out: TextIO, install_hint: str) -> int
         print(json.dumps(report.to_dict(), sort_keys=True), file=out)
     else:
         _print_table(report, out)
-    return 0 if report.ok else 1
+    if report.ok:
+        return 0
+    print(f"ssm-rollback demo: {_failed(report, options.max_tokens)}", file=sys.stderr)
+    return 1
+
+
+def _failed(report: GrammarDemoReport, length: int) -> str:
+    """Which of the demo's checks failed, in one line."""
+    every = len(report.calls)
+    if report.mismatches or report.matcher_mismatches:
+        return (
+            f"a check failed: {report.mismatches} rollbacks and {report.matcher_mismatches} "
+            f"matcher states differ from a fresh decode"
+        )
+    return (
+        f"{report.schema_valid} of {every} tool calls came out schema-valid and "
+        f"{report.approved} approved within --length {length} tokens (raise --length to give "
+        f"every call room)"
+    )
 
 
 def _print_table(report: GrammarDemoReport, out: TextIO) -> None:
