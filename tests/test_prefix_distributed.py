@@ -38,12 +38,14 @@ import torch.distributed as dist
 
 from ssm_rollback import (
     Effect,
+    InvalidArgumentError,
     PrefillPlan,
     PrefixSnapshotIndex,
     RollbackPlan,
     SsmDecodeRing,
     SsmPrefixRestore,
     SsmPrefixSave,
+    SsmSnapshotSave,
     apply_effects,
     prefix,
     rollback_to_boundary,
@@ -363,7 +365,12 @@ def scenario(rank: int) -> dict[str, int]:
             ops, effects = sched.plan()
             ops_buffer.copy_(torch.tensor(ops))
         dist.broadcast(ops_buffer, src=0)  # the engine's own step input (tokens), not ours
-        received = tp.broadcast_effects(effects, src=0)
+        received = tp.broadcast_effects(
+            effects,
+            src=0,
+            rings=None if sched is None else sched.rings,
+            prefix_index=None if sched is None else sched.index,
+        )
         prefix_steps += any(isinstance(e, SsmPrefixSave | SsmPrefixRestore) for e in received)
         forward(live, element_ids, ops_buffer.tolist())
         if sched is not None:
@@ -420,6 +427,63 @@ def odd_shapes(rank: int) -> str:
     return "ok"
 
 
+def decided_by_the_scheduler(rank: int) -> list[object]:
+    """Steps that the scheduler's ``apply_effects`` decides by what only it holds. Given only
+    ``src=0``, the first was applied on the scheduler (its index left the evicted entry's save
+    out) and refused whole on the worker (one shared slot twice), so a rollback moved row 2 on
+    one rank only; the second was refused on the scheduler (no ring for row 3) and applied on
+    the worker. Given ``rings=`` and ``prefix_index=``, every rank does the same."""
+    live = torch.zeros((4, 3))
+    pool = TorchSnapshotPool((live,), 2, shared_slots=1)
+    sched = rank == 0
+    rings = [SsmDecodeRing(2) for _ in range(4)] if sched else None
+    index = PrefixSnapshotIndex(1) if sched else None
+    seen: list[object] = []
+
+    def apply(effects: list[Effect] | None, given: dict[int, SsmDecodeRing] | None = None) -> None:
+        try:
+            step = tp.broadcast_effects(
+                effects, src=0, rings=given if given is not None else rings, prefix_index=index
+            )
+        except InvalidArgumentError as error:
+            seen.append(str(error))
+            return
+        if rings is not None:
+            apply_effects(pool, step, rings, prefix_index=index)
+        else:
+            tp.apply_on_worker(pool, step)
+        seen.append([type(e).__name__ for e in step])
+
+    live[2] = 1.0
+    saved = None
+    if rings is not None:
+        slot = rings[2].record(5)
+        entry = rings[2].entry_for(5)
+        assert slot is not None
+        assert entry is not None
+        saved = [cast(Effect, SsmSnapshotSave(2, slot, 5, entry.ticket))]
+    apply(saved)
+    live[2] = 9.0  # the forward pass
+    rolled: list[Effect] | None = None
+    if rings is not None and index is not None:
+        plan = rollback_to_boundary(rings[2], [5], seq=2, current_len=9)
+        assert isinstance(plan, RollbackPlan)
+        first = index.publish(0, [1, 2, 3, 4], 3)
+        second = index.publish(1, [7, 8, 9, 10], 3)  # evicts the first: one shared slot
+        assert first is not None
+        assert second is not None
+        rolled = [*plan.effects, first, second]
+    apply(rolled)
+    seen.append(live[2].tolist())
+    tp.check_agreement(pool)
+    unringed = None
+    if rings is not None:
+        unringed = [cast(Effect, SsmSnapshotSave(3, 0, 4, 99))]
+    apply(unringed, {2: SsmDecodeRing(2)})
+    seen.append(pool.stored_ticket(3, 0))
+    return seen
+
+
 def main(argv: list[str]) -> None:
     rank, port, out = int(argv[0]), argv[1], Path(argv[2])
     torch.set_num_threads(1)
@@ -431,7 +495,11 @@ def main(argv: list[str]) -> None:
         timeout=datetime.timedelta(seconds=60),
     )
     try:
-        result = {"counts": scenario(rank), "shapes": odd_shapes(rank)}
+        result = {
+            "counts": scenario(rank),
+            "shapes": odd_shapes(rank),
+            "decided": decided_by_the_scheduler(rank),
+        }
     finally:
         dist.destroy_process_group()
     (out / f"rank{rank}.json").write_text(json.dumps(result), encoding="utf-8")
@@ -492,6 +560,21 @@ def test_a_shared_save_failed_on_one_rank_is_named_and_retired_from_the_index(
         assert result["others"] == 0, (r, result)
     assert counts[0]["retired"] == counts[0]["injected_saves"]
     assert counts[0]["still_matched"] == 0
+
+
+def test_every_rank_applies_the_steps_the_scheduler_decides_or_all_refuse(
+    launched: list[dict[str, object]],
+) -> None:
+    decided = [result["decided"] for result in launched]
+    assert decided[0] == decided[1]
+    assert decided[0] == [
+        ["SsmSnapshotSave"],
+        ["SsmSnapshotRestore", "SsmPrefixSave"],  # the superseded save left out, on both
+        [1.0, 1.0, 1.0],  # row 2 rolled back on both
+        "rank 0 refused the step's effects: 'rings' must hold a ring for every saved row, "
+        "got none for seq 3 (effects[0])",
+        None,  # nothing saved on either
+    ]
 
 
 def test_pools_with_different_shared_slots_are_a_dispute_on_every_rank(

@@ -27,6 +27,7 @@ from ssm_rollback import (
 )
 from ssm_rollback._errors import InvalidArgumentTypeError
 from ssm_rollback.backends.fake import FakeSnapshotPool
+from ssm_rollback.pool import scheduler_step
 
 
 class RingOnlyPool:
@@ -521,3 +522,23 @@ def test_a_bad_shared_restore_batch_is_named_for_what_is_wrong_not_for_sharing()
     restores = [SsmPrefixRestore(seq, 0, 8, 1) for seq in (1, 2, 7)]
     with pytest.raises(InvalidArgumentError, match=r"'restores\[2\]\.seq' must be < the pool"):
         pool.restore_shared(restores)
+
+
+def test_scheduler_step_decides_what_only_the_scheduler_holds_before_any_pool() -> None:
+    """What a tensor-parallel scheduler runs before broadcasting: the superseded shared save
+    left out, a save of another index or a saved row without a ring refused, the rest kept
+    in order."""
+    index = PrefixSnapshotIndex(1)
+    first = index.publish(0, [1, 2, 3], 3)
+    second = index.publish(1, [7, 8, 9], 3)  # evicts the first
+    assert first is not None
+    assert second is not None
+    restore = SsmSnapshotRestore(2, 0, 4, 5)
+    step = scheduler_step([restore, first, second], [SsmDecodeRing(2)] * 3, index)
+    assert step == [restore, second]
+    with pytest.raises(InvalidArgumentError, match=r"'effects\[0\]' .* 'prefix_index' placed"):
+        scheduler_step([SsmPrefixSave(1, 0, 3, 999)], None, index)
+    with pytest.raises(InvalidArgumentError, match="each row at most once"):
+        scheduler_step([first, attrs.evolve(second, seq=0)], None, index)
+    with pytest.raises(InvalidArgumentError, match="got none for seq 2"):
+        scheduler_step([SsmSnapshotSave(2, 0, 4, 5)], {0: SsmDecodeRing(2)}, None)

@@ -3,14 +3,17 @@
 The scheduler decides on one rank; every tensor-parallel rank holds its own
 shard of the SSM state in its own pool. Per step:
 
-1. ``broadcast_effects(effects, src=scheduler)`` on every rank: the
-   scheduler's effects travel as int64 words in one message of a buffer
-   each group keeps (``_wire_channel``: tagged sends on gloo, an
+1. ``broadcast_effects(effects, src=scheduler, rings=rings,
+   prefix_index=index)`` on every rank (the rings and the index on the
+   scheduler only): the scheduler's effects, checked against what only it
+   holds and with the shared saves its index superseded left out
+   (``pool.scheduler_step``), travel as int64 words in one message of a
+   buffer each group keeps (``_wire_channel``: tagged sends on gloo, an
    ``all_reduce`` on NCCL), no pickling, and every rank - the scheduler
    included - gets the same decoded tuple back. Bad input raises
    ``SsmRollbackError`` on every rank: each rank makes the same calls in the
    same order and decodes the same words, so an error cannot leave a peer
-   waiting.
+   waiting, and no rank applies a step the scheduler's checks refuse.
 2. The scheduler applies them with ``apply_effects(pool, effects, rings,
    prefix_index=index)``; a worker, which has no rings and no prefix index,
    with ``apply_on_worker(pool, effects)``. Prefix snapshots (SPEC 13)
@@ -33,12 +36,13 @@ collective, the same checks.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Final, final
 
 import torch.distributed as dist
 
 from ._core.effect_dict import Effect
+from ._core.prefix import PrefixSnapshotIndex
 from ._core.ring import SsmDecodeRing
 from ._errors import InvalidArgumentError
 from ._tp import channel as _wire_channel
@@ -53,7 +57,7 @@ from ._tp.agreement import (
 from ._tp.failures import DistributedError, src_word
 from ._tp.groups import group_active
 from ._tp.shard import shard_live_states, shard_of, shard_pool
-from .pool import SaveOutcome, SnapshotPool, apply_effects
+from .pool import Rings, SaveOutcome, SnapshotPool, apply_effects, scheduler_step
 
 __all__ = [
     "AgreementError",
@@ -77,13 +81,25 @@ WireError = _wire.WireError
 
 
 def broadcast_effects(
-    effects: Iterable[Effect] | None, *, src: int, group: dist.ProcessGroup | None = None
+    effects: Iterable[Effect] | None,
+    *,
+    src: int,
+    group: dist.ProcessGroup | None = None,
+    rings: Rings | None = None,
+    prefix_index: PrefixSnapshotIndex | None = None,
 ) -> tuple[Effect, ...]:
     """The scheduler's step effects on every rank, as int64 words; call it on every rank.
 
     ``src`` is the scheduler's global rank (as in ``torch.distributed.broadcast``);
     only it passes ``effects`` (the others pass ``None``, or anything: it is
-    ignored). One message per step, of a buffer the group keeps from step to
+    ignored), and with them its ``rings`` and ``prefix_index``: the step is
+    first checked against them as ``apply_effects`` on the scheduler checks
+    it (a ring for every saved row; shared saves its index placed, at their
+    lengths), and the shared saves whose entry has left the index since are
+    left out (``pool.scheduler_step``), so every rank applies the same step,
+    or all refuse it. Without them a step that the scheduler's
+    ``apply_effects`` would refuse, or leave a save out of, reaches the
+    workers as it is. One message per step, of a buffer the group keeps from step to
     step: on gloo a send from ``src`` to each rank (tagged ``b"SSMR"``, apart
     from the engine's own messages), on NCCL an ``all_reduce`` that also
     carries every rank's ``src``. The group's first step first checks every
@@ -101,6 +117,8 @@ def broadcast_effects(
     handshake, since a check every step would take a message from every rank.
     """
     word, error = src_word(src)
+    if rings is not None or prefix_index is not None:
+        effects = _scheduled(effects, rings, prefix_index)
     if not group_active(group):
         if error is not None:
             raise error
@@ -110,6 +128,14 @@ def broadcast_effects(
             )
         return _wire.decode(_wire.encode_given(effects))
     return _wire_channel.step(effects, src=word, error=error, group=group)
+
+
+def _scheduled(
+    effects: Iterable[Effect] | None, rings: Rings | None, index: PrefixSnapshotIndex | None
+) -> Iterator[Effect]:
+    """``effects`` as ``scheduler_step`` decides them, when the sender reads them: a refusal
+    raised here travels to every rank as the step's (receivers never read their effects)."""
+    yield from scheduler_step(() if effects is None else effects, rings, index)
 
 
 @final

@@ -37,8 +37,13 @@ from ._protocols import (
     shared_buffers,
     verify_buffers,
 )
-from ._runs import Run, check_runs, ring_lookup, runs_of
-from ._shared_rules import CheckedSharedRestores, CheckedSharedSaves, SharedChecks
+from ._runs import Run, check_rings, check_runs, ring_lookup, runs_of
+from ._shared_rules import (
+    CheckedSharedRestores,
+    CheckedSharedSaves,
+    SharedChecks,
+    check_rows_once,
+)
 from ._slot_tags import PoolTagsView, SlotTags
 
 __all__ = [
@@ -49,6 +54,7 @@ __all__ = [
     "SnapshotPool",
     "VerifyBufferPool",
     "apply_effects",
+    "scheduler_step",
 ]
 
 
@@ -102,11 +108,7 @@ def apply_effects(
     tagged = cast(TaggedPool, pool) if issubclass(type(pool), TaggedPool) else None
     if tagged is None:
         pool = _check_pool(pool)
-    if prefix_index is not None and not isinstance(prefix_index, PrefixSnapshotIndex):
-        raise InvalidArgumentTypeError(
-            f"'prefix_index' must be a PrefixSnapshotIndex or None, got "
-            f"{type(prefix_index).__name__}"
-        )
+    _check_index(prefix_index)
     ring_for = ring_lookup(rings)
     runs = runs_of(effects)
     checks: SharedChecks = PoolTagsView(pool) if tagged is None else tagged._slot_tags()
@@ -159,8 +161,52 @@ def apply_effects(
     return SaveOutcome(tuple(failed), tuple(failed_shared))
 
 
+def scheduler_step(
+    effects: Iterable[Effect], rings: Rings | None, prefix_index: PrefixSnapshotIndex | None
+) -> list[Effect]:
+    """The step every rank is to apply, decided by what only the scheduler holds.
+
+    ``apply_effects`` on the scheduler checks a step against its ``rings``
+    (a ring for every saved row) and ``prefix_index`` (shared saves it
+    placed, at their entries' lengths; those whose entry has left since are
+    left out), which a worker does not have. On tensor-parallel ranks that
+    decision is made here, before the step is broadcast
+    (``broadcast_effects(..., rings=, prefix_index=)``), so that a refusal
+    reaches every rank and every rank applies the same effects. What the
+    pool checks (ids, slots, tickets) is every rank's own, after.
+    """
+    _check_index(prefix_index)
+    runs = runs_of(effects)
+    if prefix_index is not None:
+        runs = _without_superseded(runs, prefix_index, None)
+    if rings is not None:
+        ring_lookup(rings)  # its type, named
+        for run in runs:
+            if run.saves:
+                check_rings(run.columns()[0], rings, None, run.names())
+    return [
+        effect
+        for run in runs
+        for effect in (
+            *run.saves,
+            *run.restores,
+            *run.accepts,
+            *run.shared_saves,
+            *run.shared_restores,
+        )
+    ]
+
+
+def _check_index(prefix_index: object) -> None:
+    if prefix_index is not None and not isinstance(prefix_index, PrefixSnapshotIndex):
+        raise InvalidArgumentTypeError(
+            f"'prefix_index' must be a PrefixSnapshotIndex or None, got "
+            f"{type(prefix_index).__name__}"
+        )
+
+
 def _without_superseded(
-    runs: list[Run], index: PrefixSnapshotIndex, checks: SharedChecks
+    runs: list[Run], index: PrefixSnapshotIndex, checks: SharedChecks | None
 ) -> list[Run]:
     """The runs without the shared saves whose entry ``index`` no longer holds.
 
@@ -179,10 +225,13 @@ def _without_superseded(
         if not run.shared_saves:
             continue
         saves, names = run.shared_saves, run.names()
-        # The batch rules' row check, on the saves as given (their slot check comes after).
-        checks._check_shared_ids(
-            [s.seq for s in saves], [s.slot for s in saves], names, writes=False
-        )
+        # The batch rules' row check, on the saves as given (their slot check comes after);
+        # before any pool (``checks`` None: the scheduler's step), the row check alone.
+        seqs = [s.seq for s in saves]
+        if checks is None:
+            check_rows_once(seqs, names)
+        else:
+            checks._check_shared_ids(seqs, [s.slot for s in saves], names, writes=False)
         if live is None:
             live = {entry.slot: (entry.ticket, entry.length) for entry in index.entries()}
         kept = []

@@ -35,7 +35,7 @@ from ._batch_values import CheckedAccepts, CheckedRestores, CheckedSaves, Names
 from ._protocols import Rings
 from ._shared_rules import CheckedSharedRestores, CheckedSharedSaves, SharedChecks
 
-__all__ = ["Checked", "Run", "check_runs", "ring_lookup", "runs_of"]
+__all__ = ["Checked", "Run", "check_rings", "check_runs", "ring_lookup", "runs_of"]
 
 #: One run, checked: what the pool's trusted path copies.
 Checked = (
@@ -230,7 +230,7 @@ def check_runs(
                 counts,
                 distinct=isinstance(values, SaveBatch) and values.distinct,
             )
-            _check_rings(saves.rows, rings, checks.num_sequences, names)
+            check_rings(saves.rows, rings, checks.num_sequences, names)
             if track:
                 _check_saved_once(saves, pending, names)
                 pending.update(zip(saves.flat, zip(positions, tickets, strict=True), strict=True))
@@ -309,13 +309,21 @@ def ring_lookup(rings: Rings) -> Callable[[int], SsmDecodeRing | None]:
     return ring_for
 
 
-def _check_rings(rows: list[int], rings: Rings, num_sequences: int, names: Names) -> None:
-    """A ring for every saved row, so a failed save can be discarded from it."""
+def check_rings(rows: list[int], rings: Rings, num_sequences: int | None, names: Names) -> None:
+    """A ring for every saved row, so a failed save can be discarded from it.
+
+    ``num_sequences``: the pool's rows, which ``rows`` were checked against
+    (``None`` before any pool has seen them: the scheduler's check of a step
+    before it is broadcast)."""
     if isinstance(rings, Mapping):
         if all(map(rings.__contains__, rows)):
             return
     # The rows were checked against the pool: as many rings as rows need no scan.
-    elif len(rings) >= num_sequences or not rows or max(rows) < len(rings):
+    elif (
+        (num_sequences is not None and len(rings) >= num_sequences)
+        or not rows
+        or max(rows) < len(rings)
+    ):
         return
     ring_for = ring_lookup(rings)
     k = next(k for k, seq in enumerate(rows) if ring_for(seq) is None)

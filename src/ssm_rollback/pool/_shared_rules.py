@@ -26,6 +26,8 @@ __all__ = [
     "SharedChecks",
     "SharedHeld",
     "SharedPending",
+    "check_rows_once",
+    "row_twice",
 ]
 
 
@@ -49,6 +51,22 @@ class CheckedSharedRestores(NamedTuple):
 SharedPending = Mapping[int, tuple[int, int]]
 #: What shared slots hold: their lengths (``None`` where not recorded) and their tickets.
 SharedHeld = tuple[list[int | None] | None, list[int | None]]
+
+
+def row_twice(names: Names, seq: int, first: int, k: int) -> InvalidArgumentError:
+    """Rule 2's refusal: row ``seq`` at ``first`` and again at ``k`` (one state, two slots)."""
+    return InvalidArgumentError(
+        f"'{names.batch}' must name each row at most once per {names.unit}, "
+        f"got seq {seq} at {names.of(first)} and {names.of(k)}"
+    )
+
+
+def check_rows_once(seqs: list[int], names: Names) -> None:
+    """Rule 2 alone, before any pool has the rows to check ids against."""
+    if len(set(seqs)) != len(seqs):
+        rows: dict[int, int] = {}
+        k = next(k for k, seq in enumerate(seqs) if rows.setdefault(seq, k) != k)
+        raise row_twice(names, seqs[k], rows[seqs[k]], k)
 
 
 class SharedChecks(BatchChecks):
@@ -130,10 +148,7 @@ class SharedChecks(BatchChecks):
                 )
             first = rows.setdefault(seq, k)
             if first != k:
-                raise InvalidArgumentError(
-                    f"'{names.batch}' must name each row at most once per {names.unit}, "
-                    f"got seq {seq} at {names.of(first)} and {name}"
-                )
+                raise row_twice(names, seq, first, k)
             first = targets.setdefault(slot, k) if writes else k
             if first != k:
                 raise InvalidArgumentError(
