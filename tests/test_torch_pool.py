@@ -419,6 +419,21 @@ def test_construction_errors_name_the_problem(
         TorchSnapshotPool.bytes_needed(states, slots, **kwargs)  # type: ignore[arg-type]
 
 
+def test_a_live_state_inside_its_own_intermediate_buffer_is_refused() -> None:
+    """The live ssm state as state 0 of the per-draft buffer was taken: an accept then copied
+    the buffer into itself, and torch refused it after the conv tensor had moved (the row
+    half accepted, its ticket not recorded)."""
+    buffers = [torch.zeros(4, 3, 8), torch.zeros(4, 3, 16)]
+    live = [torch.zeros(4, 8), buffers[1][:, 0]]
+    with pytest.raises(InvalidArgumentError, match=r"'intermediate_states\[1\]' must not share"):
+        TorchSnapshotPool(live, 2, intermediate_states=buffers)
+    apart = [torch.zeros(4, 8), torch.zeros(4, 16)]  # the same shapes, memory of their own
+    pool = TorchSnapshotPool(apart, 2, intermediate_states=buffers)
+    buffers[1][3, 2] = 12.0
+    pool.accept([SsmStateAccept(3, 2, 7)])
+    assert apart[1][3].tolist() == [12.0] * 16
+
+
 @pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device here")
 def test_cuda_save_and_restore_never_synchronise_with_the_host() -> None:
     states = make_states(Case("cuda", torch.bfloat16, 0), 256)

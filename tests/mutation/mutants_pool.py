@@ -134,10 +134,37 @@ POOL_MUTANTS: tuple[Mutant, ...] = (
         "evicted_before",
     ),
     mutant(
+        "torch_intermediate_aliasing_live_ok",
+        "backends/_torch_checks.py",
+        "            if _may_share_memory(buffer, state):",
+        "            if False:",
+        ("tests/test_torch_pool.py",),
+        "-k",
+        "inside_its_own",
+    ),
+    mutant(
+        "runs_scheduler_rows_unchecked",  # a row saved twice reached the workers
+        "pool/__init__.py",
+        "            check_rows_once(seqs, names)\n",
+        "            pass\n",
+        ("tests/test_prefix_pools.py",),
+        "-k",
+        "scheduler_step",
+    ),
+    mutant(
+        "scheduler_step_rings_unchecked",
+        "pool/__init__.py",
+        "                check_rings(run.columns()[0], rings, None, run.names())\n",
+        "                pass\n",
+        ("tests/test_prefix_pools.py",),
+        "-k",
+        "scheduler_step",
+    ),
+    mutant(
         "runs_rows_checked_after_superseded_left_out",  # a row saved twice got through
         "pool/__init__.py",
-        "        checks._check_shared_ids(\n            [s.seq for s in saves], [s.slot for s in saves], names, writes=False\n        )\n",
-        "",
+        "            checks._check_shared_ids(seqs, [s.slot for s in saves], names, writes=False)\n",
+        "            pass\n",
         ("tests/test_prefix_pools.py",),
         "-k",
         "saved_twice",
@@ -196,7 +223,7 @@ POOL_MUTANTS: tuple[Mutant, ...] = (
     _p(
         "check_runs_rings_unchecked",
         RUNS,
-        "            _check_rings(saves.rows, rings, checks.num_sequences, names)\n",
+        "            check_rings(saves.rows, rings, checks.num_sequences, names)\n",
         "",
     ),
     _p(
@@ -232,14 +259,14 @@ POOL_MUTANTS: tuple[Mutant, ...] = (
     _p(
         "check_rings_short_list_trusted",
         RUNS,
-        "elif len(rings) >= num_sequences or not rows or max(rows) < len(rings):",
-        "elif True:",
+        "        or max(rows) < len(rings)\n    ):\n        return\n",
+        "        or True\n    ):\n        return\n",
     ),
     _p(
         "check_rings_short_list_off_by_one",
         RUNS,
-        "elif len(rings) >= num_sequences or not rows or max(rows) < len(rings):",
-        "elif len(rings) >= num_sequences or not rows or max(rows) <= len(rings):",
+        "        or max(rows) < len(rings)\n    ):\n        return\n",
+        "        or max(rows) <= len(rings)\n    ):\n        return\n",
     ),
     # -- the per-batch rules ---------------------------------------------------------------
     _p(

@@ -138,7 +138,32 @@ def check_intermediate_states(
                 f"for intermediate_states[0] and {states} for intermediate_states[{i}]"
             )
     assert depth is not None
+    for i, buffer in enumerate(intermediate):
+        for j, state in enumerate(live):
+            if _may_share_memory(buffer, state):
+                raise InvalidArgumentError(
+                    f"'intermediate_states[{i}]' must not share memory with live_states[{j}] "
+                    f"(a live state that is one state of the per-draft buffer): an accept would "
+                    f"copy the buffer into itself, got both in one storage at overlapping bytes"
+                )
     return depth
+
+
+def _may_share_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the bytes ``a`` and ``b`` span overlap in one storage (by shapes and strides
+    alone, no copy and no device sync; interleaved views that share no element count too)."""
+    if 0 in a.shape or 0 in b.shape or a.device != b.device:
+        return False
+    if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return False
+    return _span(a)[0] < _span(b)[1] and _span(b)[0] < _span(a)[1]
+
+
+def _span(tensor: torch.Tensor) -> tuple[int, int]:
+    """The first byte ``tensor`` reads and the one past its last (non-negative strides)."""
+    last = sum(st * (sz - 1) for st, sz in zip(tensor.stride(), tensor.shape, strict=True))
+    start = tensor.data_ptr()
+    return start, start + (last + 1) * tensor.element_size()
 
 
 #: What makes a live tensor the memory the pool was built over: its address
