@@ -522,6 +522,47 @@ def big_step_from_the_last_rank(rank: int, world: int, group: dist.ProcessGroup 
     return outcome_of(lambda: tp.broadcast_effects(mine, src=world - 1, group=group) == tuple(step))
 
 
+def agreement_misuse(rank: int, world: int) -> dict[str, str]:
+    """``check_agreement`` and a step after a timeout, where one rank differs from the rest.
+
+    Refused arguments on one rank raised there before the gather: its peers waited out the
+    group's timeout (30 minutes by default), or took its next call for this one. A rank
+    outside the group got gloo's ValueError. Pools whose buffers hold different numbers of
+    intermediate states passed, though an accept applied on one and not the other. After a
+    timeout on the group, a step's send raised gloo's RuntimeError as it started."""
+    from ssm_rollback.backends.fake import FakeSnapshotPool
+
+    def pool() -> FakeSnapshotPool:
+        return FakeSnapshotPool(2, 1)
+
+    seen: dict[str, str] = {}
+    bad_known: object = [] if rank == 1 else None
+    seen["one rank's arguments refused"] = outcome_of(
+        lambda: tp.check_agreement(pool(), known=bad_known)  # type: ignore[arg-type]
+    )
+    seen["the next check"] = outcome_of(lambda: tp.check_agreement(pool()))
+    some = dist.new_group(list(range(world - 1)))
+    seen["outside the group"] = outcome_of(lambda: tp.check_agreement(pool(), group=some))
+    staged = pool()
+    staged.intermediate[0] = [0] * (2 + rank)
+    seen["buffers apart"] = outcome_of(lambda: tp.check_agreement(staged))
+    short = dist.new_group(timeout=datetime.timedelta(seconds=3))
+    first = [SsmStateAccept(0, 0)] if rank == 0 else None
+    seen["first step"] = outcome_of(lambda: tp.broadcast_effects(first, src=0, group=short))
+    if rank == 0:  # alone: its peers never call, and the group times out
+        for label, call in (
+            ("a check alone", lambda: tp.check_agreement(pool(), group=short)),
+            ("a step after it", lambda: tp.broadcast_effects(first, src=0, group=short)),
+        ):
+            try:
+                call()
+                seen[label] = "ok"
+            except tp.DistributedError:
+                seen[label] = "DistributedError"
+    dist.barrier()
+    return seen
+
+
 _REAL_GROW: Final = _wire_channel._Channel.grow
 
 
@@ -564,7 +605,7 @@ def main(argv: list[str]) -> None:
             channel = _wire_channel._CHANNELS[group]  # type: ignore[index]
             paths[label]["sends"] = str(channel._sends)
             paths[label]["device buffer"] = str(channel._wire is not channel._tensor)
-        result = {"scenario": tracked, **paths}
+        result = {"scenario": tracked, **paths, "agreement": agreement_misuse(rank, world)}
     finally:
         dist.destroy_process_group()
     (out / f"rank{rank}.json").write_text(json.dumps(result), encoding="utf-8")
@@ -944,6 +985,26 @@ def test_bad_input_raises_on_every_rank(
     assert seen["big step from the last rank"] == "ok"
     assert seen["bad src"] != "ok"
     assert seen["shapes"].startswith("AgreementError: every rank's pool must")
+
+
+def test_check_agreement_fails_together_whatever_one_rank_passes(ranks: list[str]) -> None:
+    seen: list[dict[str, str]] = [json.loads(t)["agreement"] for t in ranks]
+    for r, mine in enumerate(seen):
+        refused = mine["one rank's arguments refused"]
+        assert refused.startswith(
+            "InvalidArgumentTypeError: 'known' must be"
+            if r == 1
+            else "InvalidArgumentError: every rank must"
+        ), refused
+        assert mine["the next check"] == "ok"  # paired with the next call of every rank
+        outside = mine["outside the group"]
+        if r == len(seen) - 1:
+            assert outside.startswith("InvalidArgumentError: 'group' must hold"), outside
+        else:
+            assert outside == "ok"
+        assert mine["buffers apart"].startswith("AgreementError: every rank's pool"), mine
+        assert mine["first step"] == "ok"
+    assert seen[0]["a check alone"] == seen[0]["a step after it"] == "DistributedError"
 
 
 if __name__ == "__main__":

@@ -635,6 +635,31 @@ def test_retire_disputed_checks_every_dispute_and_ring_before_discarding_any() -
         assert (first.entries, last.entries) == ((a,), (b,))
 
 
+def test_retire_disputed_retires_a_slot_named_twice_once() -> None:
+    """A dispute repeated in the error discarded the entry, then raised UnknownSnapshotError
+    naming 'token_position' (no argument of it) with the ring already changed; a repeated
+    shared dispute discarded the index's entry and raised naming 'entry'."""
+    from ssm_rollback.distributed import (
+        AgreementError,
+        SharedSlotDispute,
+        SlotDispute,
+        retire_disputed,
+    )
+
+    ring = SsmDecodeRing(2)
+    ring.record(10)
+    (entry,) = ring.entries
+    index = PrefixSnapshotIndex(2)
+    save = index.publish(0, [1, 2, 3], 2)
+    assert save is not None
+    twice = (SlotDispute(0, entry.snapshot_slot, (entry.ticket,)),) * 2
+    shared_twice = (SharedSlotDispute(save.slot, (save.ticket,)),) * 2
+    error = AgreementError("ranks disagree", 1, twice, shared_twice)
+    assert retire_disputed([ring], error, prefix_index=index) == (entry,)
+    assert ring.entries == ()
+    assert index.entries() == ()
+
+
 @pytest.mark.parametrize(
     ("call", "match"),
     [

@@ -582,7 +582,7 @@ def test_pools_with_different_shared_slots_are_a_dispute_on_every_rank(
 ) -> None:
     messages = [str(result["shapes"]) for result in launched]
     assert messages[0] == messages[1]
-    assert "shared_slots), got [(2, 2, 2), (2, 2, 3)] by rank" in messages[0]
+    assert "intermediate states per row), got [(2, 2, 2, 0), (2, 2, 3, 0)] by rank" in messages[0]
 
 
 # -- in one process: the scheduler's side of a shared dispute -------------------------------------

@@ -47,15 +47,10 @@ from ._core.ring import SsmDecodeRing
 from ._errors import InvalidArgumentError
 from ._tp import channel as _wire_channel
 from ._tp import wire as _wire
-from ._tp.agreement import (
-    AgreementError,
-    SharedSlotDispute,
-    SlotDispute,
-    check_agreement,
-    retire_disputed,
-)
+from ._tp.agreement import AgreementError, SharedSlotDispute, SlotDispute, check_agreement
 from ._tp.failures import DistributedError, src_word
 from ._tp.groups import group_active
+from ._tp.retire import retire_disputed
 from ._tp.shard import shard_live_states, shard_of, shard_pool
 from .pool import Rings, SaveOutcome, SnapshotPool, apply_effects, scheduler_step
 

@@ -8,6 +8,7 @@ from mutant_base import Mutant, mutant
 SPEC = "integrations/_hf/speculative.py"
 DRAFTING = "integrations/_hf/drafting.py"
 AGREEMENT = "_tp/agreement.py"
+RETIRE = "_tp/retire.py"
 
 GAPS = "tests/test_mutation_gaps.py"
 # Every test of the decoders (about 40 s in one process): a narrower selection let
@@ -36,7 +37,7 @@ def _s(name: str, module: str, original: str, replacement: str, **kw: str) -> Mu
 
 
 def _a(name: str, original: str, replacement: str, **kw: str) -> Mutant:
-    return mutant(name, AGREEMENT, original, replacement, AGREEMENT_TESTS, *AGREEMENT_SELECT, **kw)
+    return mutant(name, RETIRE, original, replacement, AGREEMENT_TESTS, *AGREEMENT_SELECT, **kw)
 
 
 HF_TP_MUTANTS: tuple[Mutant, ...] = (
@@ -217,8 +218,8 @@ HF_TP_MUTANTS: tuple[Mutant, ...] = (
     # -- the agreement check's scheduler answer -----------------------------------------------
     _a(
         "agreement_retire_ignores_tickets",  # retires an entry whose ticket no rank disputes
-        "if entry is not None and entry.ticket in d.tickets:",
-        "if entry is not None:",
+        "if entry is not None and entry.ticket in d.tickets and (id(ring), d.slot) not in seen:",
+        "if entry is not None and (id(ring), d.slot) not in seen:",
     ),
     mutant(
         "agreement_retire_row_bound_inclusive",  # the rings lookup apply_effects shares

@@ -10,17 +10,19 @@ slots; ``retire_disputed`` is the scheduler's answer to its
 from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping, Sequence
-from typing import Final, TypeVar, cast
+from typing import Final, cast
 
 import attrs
 import torch
 import torch.distributed as dist
 
-from .._core.prefix import PrefixSnapshotIndex
-from .._core.ring import SsmDecodeRing, SsmRingEntry
-from .._errors import InvalidArgumentTypeError, InvariantError, check_non_negative_int, describe
-from ..pool import Rings, SharedSnapshotPool, SnapshotPool, _check_pool
-from ..pool._runs import ring_lookup
+from .._errors import (
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    InvariantError,
+    SsmRollbackError,
+)
+from ..pool import SharedSnapshotPool, SnapshotPool, _check_pool
 from .failures import lost
 from .groups import group_active, group_device, group_label
 
@@ -30,7 +32,6 @@ __all__ = [
     "SharedSlotDispute",
     "SlotDispute",
     "check_agreement",
-    "retire_disputed",
 ]
 
 #: The row a shared slot is filed under in ``check_agreement``'s ``known``:
@@ -126,6 +127,16 @@ def _gather(values: list[int], group: dist.ProcessGroup | None) -> list[list[int
     return [t.tolist() for t in everyone]
 
 
+def _staged(pool: SnapshotPool) -> list[int]:
+    """How many intermediate states each row's buffer holds, for a ``VerifyBufferPool`` (an
+    accept applies on a rank whose buffer holds its index, and is refused on one whose does
+    not); none for other pools."""
+    count = getattr(pool, "intermediate_count", None)
+    if not callable(count):
+        return []
+    return [count(seq) for seq in range(pool.num_sequences)]
+
+
 def _digest(values: list[int]) -> int:
     # Ints hash the same in every process (PYTHONHASHSEED salts only str and
     # bytes), and tuple hashing mixes order in: equal tags, equal digests.
@@ -141,9 +152,13 @@ def check_agreement(
     """Raise ``AgreementError`` on every rank unless every rank's slots hold the same tags.
 
     Call it on every rank after a step's effects were applied. One
-    ``all_gather`` of a four-word digest (the pool's shape - rows, ring
-    slots, shared slots - and a hash of every ring slot's position and
-    ticket and, for a ``SharedSnapshotPool``, every shared slot's ticket);
+    ``all_gather`` of a six-word digest (whether this rank accepted its
+    arguments; the pool's shape - rows, ring slots, shared slots, and the
+    most intermediate states a row's buffer holds - and a hash of every ring
+    slot's position and ticket, for a ``SharedSnapshotPool`` every shared
+    slot's ticket, and for a ``VerifyBufferPool`` every row's intermediate
+    count); a rank whose ``pool`` or ``known`` is refused takes part saying
+    so, and every rank raises ``InvalidArgumentError`` (none waits for it);
     only when they differ, a second one of the tags themselves, to name the
     rank and the slots. A shared save that failed on one rank is caught like
     a ring save: the error's ``shared_disputes`` names the shared slot.
@@ -159,32 +174,56 @@ def check_agreement(
     A peer that died, or did not call within the group's timeout, is
     ``DistributedError`` (naming the group; the backend does not say which rank).
     """
-    # The same checks on one rank as on many, before any collective.
-    pool = _check_pool(pool)
-    if known is not None and not isinstance(known, MutableMapping):
-        raise InvalidArgumentTypeError(
-            f"'known' must be a dict kept from call to call, or None, got {type(known).__name__}"
-        )
+    # The same checks on one rank as on many. A rank whose arguments are refused still takes
+    # part in the gather, saying so, so that every rank raises and none waits for it.
+    refused: SsmRollbackError | None = None
+    try:
+        pool = _check_pool(pool)
+        if known is not None and not isinstance(known, MutableMapping):
+            raise InvalidArgumentTypeError(
+                f"'known' must be a dict kept from call to call, or None, got "
+                f"{type(known).__name__}"
+            )
+    except SsmRollbackError as error:
+        refused = error
     if not group_active(group):
+        if refused is not None:
+            raise refused
         return
+    resolved = dist.group.WORLD if group is None else group
+    if not isinstance(resolved, dist.ProcessGroup) or dist.get_rank(resolved) < 0:
+        raise InvalidArgumentError(
+            f"'group' must hold this rank ({dist.get_rank()}) to check agreement over it"
+        )
+    if refused is not None:
+        _gather([1, 0, 0, 0, 0, 0], group)
+        raise refused
     shared = _shared_slots(pool)
     actual, compared = _tags(pool, shared, known)
-    shape = [pool.num_sequences, pool.slots_per_sequence, shared]
-    digests = _gather([*shape, _digest(compared)], group)
+    staged = _staged(pool)
+    shape = [pool.num_sequences, pool.slots_per_sequence, shared, max(staged, default=0)]
+    everyone = _gather([0, *shape, _digest([*compared, *staged])], group)
+    if any(d[0] for d in everyone):
+        bad = next(r for r, d in enumerate(everyone) if d[0])
+        raise InvalidArgumentError(
+            f"every rank must pass check_agreement arguments it accepts, got rank {bad}'s "
+            f"refused there (its error says which): every rank raises, none compares"
+        )
+    digests = [d[1:] for d in everyone]
     if all(d == digests[0] for d in digests):
         return
-    shapes = [(d[0], d[1], d[2]) for d in digests]
+    shapes = [tuple(d[:4]) for d in digests]
     if any(s != shapes[0] for s in shapes):
         raise AgreementError(
             f"every rank's pool must have the same (num_sequences, slots_per_sequence, "
-            f"shared_slots), got {shapes} by rank",
+            f"shared_slots, intermediate states per row), got {shapes} by rank",
             _odd_one(shapes),
             (),
         )
     tables = _gather([*actual, *compared], group)
     half = len(actual)
     views = [t[half:] for t in tables]
-    rank = _odd_one([d[3] for d in digests])
+    rank = _odd_one([d[4] for d in digests])
     disputes, shared_disputes = _disputes(
         views, [t[:half] for t in tables], pool.num_sequences, pool.slots_per_sequence
     )
@@ -236,66 +275,3 @@ def _disputes(
         else:
             shared.append(SharedSlotDispute(at - ring_slots, tickets))
     return tuple(found), tuple(shared)
-
-
-def retire_disputed(
-    rings: Rings, error: AgreementError, *, prefix_index: PrefixSnapshotIndex | None = None
-) -> tuple[SsmRingEntry, ...]:
-    """The scheduler's answer to ``AgreementError``: discard every disputed snapshot it holds.
-
-    For each ring dispute, the ring entry in that slot is discarded if some
-    rank holds its ticket (the save that reached only some ranks), so no
-    rollback restores it on any rank. With ``prefix_index`` (the scheduler's
-    ``PrefixSnapshotIndex``), each shared dispute's entry is discarded from
-    it likewise - the entry in that shared slot whose ticket some rank
-    holds - so no later request hits it. Returns the ring entries
-    discarded; ``prefix_index.entries()`` shows what is left of the index.
-    """
-    if not isinstance(error, AgreementError):
-        raise InvalidArgumentTypeError(
-            f"'error' must be the AgreementError check_agreement raised, got {type(error).__name__}"
-        )
-    if prefix_index is not None and not isinstance(prefix_index, PrefixSnapshotIndex):
-        raise InvalidArgumentTypeError(
-            f"'prefix_index' must be a PrefixSnapshotIndex or None, got "
-            f"{type(prefix_index).__name__}"
-        )
-    # Everything checked before the first discard: a bad dispute or ring changes nothing.
-    ring_for = ring_lookup(rings)
-    doomed: list[tuple[SsmDecodeRing, SsmRingEntry]] = []
-    for i, d in enumerate(_checked_disputes(error.disputes, SlotDispute, "disputes")):
-        seq = check_non_negative_int(f"error.disputes[{i}].seq", d.seq)
-        ring = ring_for(seq)
-        if ring is None:
-            continue
-        entry = next((e for e in ring.entries if e.snapshot_slot == d.slot), None)
-        if entry is not None and entry.ticket in d.tickets:
-            doomed.append((ring, entry))
-    shared = _checked_disputes(error.shared_disputes, SharedSlotDispute, "shared_disputes")
-    for ring, entry in doomed:
-        ring.discard(entry.token_position)
-    if prefix_index is not None and shared:
-        by_slot = {e.slot: e for e in prefix_index.entries()}
-        for sd in shared:
-            shared_entry = by_slot.get(sd.slot)
-            if shared_entry is not None and shared_entry.ticket in sd.tickets:
-                prefix_index.discard(shared_entry)
-    return tuple(entry for _, entry in doomed)
-
-
-_D = TypeVar("_D", SlotDispute, SharedSlotDispute)
-
-
-def _checked_disputes(disputes: object, kind: type[_D], name: str) -> tuple[_D, ...]:
-    """``error.<name>`` as a tuple of ``kind``, each with an int slot and a tuple of tickets."""
-    if type(disputes) is not tuple:
-        raise InvalidArgumentTypeError(
-            f"'error.{name}' must be a tuple of {kind.__name__}, got {type(disputes).__name__}"
-        )
-    for i, d in enumerate(cast(tuple[object, ...], disputes)):
-        if type(d) is not kind or type(d.tickets) is not tuple:
-            raise InvalidArgumentTypeError(
-                f"'error.{name}[{i}]' must be a {kind.__name__}, got {describe(d)}"
-            )
-        check_non_negative_int(f"error.{name}[{i}].slot", d.slot)
-    return cast(tuple[_D, ...], disputes)

@@ -37,7 +37,7 @@ import struct
 import sys
 import weakref
 from array import array
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Final, final
 
 import attrs
@@ -159,7 +159,7 @@ class _Channel:
         words[self._group_rank] = src
         self._write(HEADER, words)
         group = self._live_group()
-        self._wait(group.allreduce([self._wire]), None, "did not take part in the step")
+        self._run(lambda: group.allreduce([self._wire]), None, "did not take part in the step")
         if self._wire is not self._tensor:
             self._tensor.copy_(self._wire)
         refusal = src_refusal(self._view[HEADER : self._at].tolist(), self._ranks, error)
@@ -252,16 +252,23 @@ class _Channel:
         # here, cost more than the message itself on a small step.
         group = self._live_group()
         if not self._sends:
-            self._wait(group.broadcast(self._wire, root), None, "did not take part in the step")
+            what = "did not take part in the step"
+            self._run(lambda: group.broadcast(self._wire, root), None, what)
             if self._wire is not self._tensor and self._group_rank != root:
                 self._tensor.copy_(self._wire)
         elif self._group_rank != root:
-            work = group.recv([self._wire], root, TAG)
-            self._wait(work, self._ranks[root], "sent no step (it is this rank's 'src')")
+            what = "sent no step (it is this rank's 'src')"
+            self._run(lambda: group.recv([self._wire], root, TAG), self._ranks[root], what)
         else:
-            peers = [peer for peer in range(group.size()) if peer != root]
             failed: tuple[int, RuntimeError] | None = None
-            for peer, work in [(peer, group.send([self._wire], peer, TAG)) for peer in peers]:
+            works = []
+            for peer in range(group.size()):
+                try:  # a send can fail as it starts (a pair closed by an earlier timeout)
+                    if peer != root:
+                        works.append((peer, group.send([self._wire], peer, TAG)))
+                except RuntimeError as error:
+                    failed = failed or (peer, error)
+            for peer, work in works:
                 try:  # every send waited for, so none is left in flight when one fails
                     work.wait()
                 except RuntimeError as error:
@@ -270,9 +277,11 @@ class _Channel:
                 what = f"took no step from rank {self._rank} (its 'src')"
                 raise self._lost(self._ranks[failed[0]], what, failed[1]) from failed[1]
 
-    def _wait(self, work: dist.Work, rank: int | None, what: str) -> None:
+    def _run(self, start: Callable[[], dist.Work], rank: int | None, what: str) -> None:
+        """Start a call on the group and wait for it; a backend failure, as it starts (a pair
+        an earlier timeout closed) or while it runs, is rule 5's ``DistributedError``."""
         try:
-            work.wait()
+            start().wait()
         except RuntimeError as cause:  # gloo's own, or DistBackendError: rule 5
             raise self._lost(rank, what, cause) from cause
 
