@@ -77,7 +77,9 @@ class AgreementError(InvariantError):
         self.shared_disputes = shared_disputes
 
 
-_EXCUSED: Final = -2  # a known dispute's slot, unchanged since it was reported
+# A known dispute's slot, unchanged since it was reported. Not -2: CPython hashes -1 as -2,
+# so (-2, -2) and an empty slot's (-1, -1) would give one digest.
+_EXCUSED: Final = -3
 
 
 def _shared_slots(pool: SnapshotPool) -> int:
