@@ -229,6 +229,33 @@ HF_TP_MUTANTS: tuple[Mutant, ...] = (
         AGREEMENT_TESTS,
         *AGREEMENT_SELECT,
     ),
+    mutant(
+        "agreement_refused_rank_skips_the_gather",  # its peers wait out the group's timeout
+        AGREEMENT,
+        "        _gather([1, 0, 0, 0, 0, 0], group)\n",
+        "",
+        ("tests/test_distributed.py",),
+        "-k",
+        "fails_together",
+    ),
+    mutant(
+        "agreement_intermediate_buffers_uncompared",
+        AGREEMENT,
+        "    staged = _staged(pool)\n",
+        "    staged: list[int] = []\n",
+        ("tests/test_distributed.py",),
+        "-k",
+        "fails_together",
+    ),
+    mutant(
+        "agreement_excused_hashes_as_empty",
+        AGREEMENT,
+        "_EXCUSED: Final = -3",
+        "_EXCUSED: Final = -2",
+        ("tests/test_fail_closed.py",),
+        "-k",
+        "digest",
+    ),
     _a("agreement_retire_not_discarded", "        ring.discard(entry.token_position)\n", ""),
     _a(
         "agreement_retire_negative_seq_ok",
