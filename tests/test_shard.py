@@ -98,6 +98,11 @@ def _conv() -> torch.Tensor:
         (lambda c: _shard_pool({0: _conv()}, c, 2, tp_size=1), "'live_states' must be a sequence"),
         (lambda c: shard_live_states(c, num_sequences=1, tp_size=1, device="nope"), "'device'"),
         (lambda c: shard_live_states(c, num_sequences=2**40, tp_size=1), "could not be allocated"),
+        # Allocated, then refused by shard_pool: the two helpers disagreed.
+        (
+            lambda c: shard_live_states(c, num_sequences=1, tp_size=1, dtype="float8_e4m3fn"),
+            "'dtype' must be one a pool keeps state in",
+        ),
     ],
 )
 def test_the_shard_helpers_name_a_bad_argument(

@@ -20,7 +20,7 @@ from .._errors import (
     describe,
     shown,
 )
-from ..backends._torch_checks import check_live_states
+from ..backends._torch_checks import SUPPORTED_DTYPES, check_live_states
 from ..backends.torch import TorchSnapshotPool
 from ..reserve import config_fields, state_spec_from_hf_config
 from ..reserve._families import MAMBA2_GROUPS
@@ -129,9 +129,16 @@ def shard_of(
 
 
 def _torch_dtype(name: str) -> torch.dtype:
+    """The torch dtype ``name`` says, one a pool keeps state in (``shard_pool`` takes it)."""
     dtype = getattr(torch, name, None)
     if not isinstance(dtype, torch.dtype):
         raise InvalidArgumentError(f"'dtype' must name a torch dtype, got {shown(name)}")
+    if dtype not in SUPPORTED_DTYPES:
+        kept = ", ".join(sorted(str(d).removeprefix("torch.") for d in SUPPORTED_DTYPES))
+        raise InvalidArgumentError(
+            f"'dtype' must be one a pool keeps state in ({kept}), got {shown(name)}: "
+            f"shard_pool would refuse the state allocated"
+        )
     return dtype
 
 
