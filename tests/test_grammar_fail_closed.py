@@ -265,6 +265,7 @@ def test_generate_refuses_a_matcher_that_already_serves_another_row() -> None:
             is_boundary=set(), reject=lambda new: None, grammar=[matcher, matcher],
         )  # fmt: skip
     assert str(raised.value) == (
-        "'grammar[1]' is the matcher of an earlier row: each row needs its own"
+        "'grammar[1]' is the matcher of an earlier row (or an adapter over its engine): "
+        "each row needs its own"
     )
     assert matcher.num_tokens == 0

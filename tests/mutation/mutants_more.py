@@ -97,6 +97,34 @@ CLI_FILES = "cli/_files.py"
 CLI_TESTS = ("tests/test_cli_files.py", GAPS)
 
 MORE_MUTANTS: tuple[Mutant, ...] = (
+    mutant(
+        "grammar_rollback_that_says_no_taken",
+        GRAMMAR_ROLLBACK,
+        "        if answer is False or (moved is not None and moved != dropped):",
+        "        if moved is not None and moved != dropped:",
+        ("tests/test_grammar_misuse.py",),
+    ),
+    mutant(
+        "grammar_too_few_given_back_taken",
+        GRAMMAR_ROLLBACK,
+        "        if answer is False or (moved is not None and moved != dropped):",
+        "        if answer is False:",
+        ("tests/test_grammar_misuse.py",),
+    ),
+    mutant(
+        "grammar_token_ids_unchecked",
+        GRAMMAR_ROLLBACK,
+        "    _check_token_ids(tokens, matcher)\n",
+        "",
+        ("tests/test_grammar_misuse.py",),
+    ),
+    mutant(
+        "grammar_adapters_over_one_engine_ok",
+        GRAMMAR_STEP,
+        "        if any(other is matcher or _engine(other) is engine for other in matchers[:index]):",
+        "        if any(other is matcher for other in matchers[:index]):",
+        ("tests/test_grammar_misuse.py",),
+    ),
     # -- rule 7: an accept no newer than the row's last is refused ----------------------------
     _acc(
         "rules_accept_same_ticket_ok",
@@ -383,7 +411,7 @@ MORE_MUTANTS: tuple[Mutant, ...] = (
     ),
     _gs(
         "step_shared_matcher_ok",
-        "        if any(other is matcher for other in matchers[:index]):\n",
+        "        if any(other is matcher or _engine(other) is engine for other in matchers[:index]):\n",
         "        if False:\n",
     ),
     # -- the backtracking decoder -------------------------------------------------------------

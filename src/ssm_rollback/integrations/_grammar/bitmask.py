@@ -34,7 +34,14 @@ def bitmask_width(vocab_size: int) -> int:
 def allocate_token_bitmask(batch_size: int, vocab_size: int) -> torch.Tensor:
     """A CPU int32 bitmask of ``batch_size`` rows for ``vocab_size`` ids, every token allowed."""
     batch_size = check_non_negative_int("batch_size", batch_size)
-    return torch.full((batch_size, bitmask_width(vocab_size)), -1, dtype=torch.int32)
+    width = bitmask_width(vocab_size)
+    try:
+        return torch.full((batch_size, width), -1, dtype=torch.int32)
+    except (RuntimeError, TypeError, MemoryError, OverflowError) as error:  # past memory or int64
+        raise InvalidArgumentError(
+            f"'batch_size' x 'vocab_size' must be a bitmask this process can hold, got "
+            f"{shown(batch_size)} rows of {shown(width)} words: {type(error).__name__}"
+        ) from None
 
 
 def apply_token_bitmask(logits: torch.Tensor, bitmask: torch.Tensor) -> None:
@@ -59,7 +66,14 @@ def apply_token_bitmask(logits: torch.Tensor, bitmask: torch.Tensor) -> None:
         )
     vocab = rows.shape[1]
     shifts = torch.arange(_BITS, dtype=torch.int32, device=rows.device)
-    bits = (masks.to(rows.device).unsqueeze(-1) >> shifts) & 1
+    try:
+        on_device = masks.to(rows.device)
+    except (RuntimeError, NotImplementedError) as error:  # a meta bitmask, a device it leaves not
+        raise InvalidArgumentError(
+            f"'bitmask' must be readable on the logits' device {rows.device}, got one on "
+            f"{masks.device}: {type(error).__name__}"
+        ) from None
+    bits = (on_device.unsqueeze(-1) >> shifts) & 1
     allowed = bits.flatten(1)[:, :vocab].bool()
     if allowed.shape[1] < vocab:
         pad = torch.zeros(masks.shape[0], vocab - allowed.shape[1], dtype=torch.bool)

@@ -27,12 +27,14 @@ from collections.abc import Callable, Sequence
 import attrs
 
 from ... import SsmDecodeRing, SsmSnapshotRestore
+from ..._core.columns import int_column
 from ..._errors import (
     InvalidArgumentError,
     InvalidArgumentTypeError,
     InvariantError,
     StaleSnapshotError,
     check_non_negative_int,
+    shown,
 )
 from ...pool import SnapshotPool
 from ...rollback import RollbackDeclined, RollbackPlan, commit_rollback, plan_rollback
@@ -119,6 +121,7 @@ def _transact(
 ) -> RollbackPlan | RollbackDeclined | MatcherDeclined:
     """``rollback_with_grammar``, also without a matcher (the decoders' plain rollbacks)."""
     current_len = _check_inputs(tokens, pool, crop)
+    _check_token_ids(tokens, matcher)
     limit = None if matcher is None else _matcher_limit(matcher, current_len)
     plan = plan_rollback(
         ring, boundaries, seq=seq, current_len=current_len, at_most=at_most, hybrid=hybrid
@@ -161,6 +164,20 @@ def _check_inputs(
             f"'crop' must be callable (keep_len -> action) or None, got {type(crop).__name__}"
         )
     return len(tokens)
+
+
+def _check_token_ids(tokens: Sequence[int], matcher: GrammarMatcher | None) -> None:
+    """Every id of ``tokens`` an int >= 0 (and in the matcher's vocabulary): a failed restore
+    feeds the matcher back the dropped ones, which must not fail half-way."""
+    ids = int_column("tokens", tokens)
+    if matcher is not None and ids:
+        vocab = check_non_negative_int("matcher.vocab_size", matcher.vocab_size)
+        if max(ids) >= vocab:
+            k = next(k for k, token in enumerate(ids) if token >= vocab)
+            raise InvalidArgumentError(
+                f"'tokens[{k}]' must be a token id in [0, {vocab}) (the matcher's vocabulary), "
+                f"got {shown(ids[k])}; nothing was moved"
+            )
 
 
 def _matcher_limit(matcher: GrammarMatcher, held: int) -> int:
@@ -209,16 +226,38 @@ def _move_matcher(matcher: GrammarMatcher | None, dropped: int, tokens: Sequence
     if matcher is None or not dropped:
         return
     before = matcher.rollback_limit
+    counted = _counted(matcher)
     try:
-        matcher.rollback(dropped)
+        answer: object = matcher.rollback(dropped)  # type: ignore[func-returns-value]
+        # A rollback that says no (False, as llguidance's engine answers) or that counts
+        # fewer tokens given back than asked did not move the matcher with the model.
+        now = _counted(matcher)
+        moved = None if counted is None or now is None else counted - now
+        if answer is False or (moved is not None and moved != dropped):
+            raise InvariantError(
+                f"'matcher' must give back the {dropped} tokens rollback({dropped}) asks for "
+                f"(its rollback_limit {before} allowed them) or raise, got "
+                f"{'False' if answer is False else f'{moved} given back'}; nothing was moved"
+            )
     except BaseException as error:
         # The contract says a raising rollback changed nothing; one that gave back some
-        # tokens first (its limit fell) gets them back, so that nothing has moved.
+        # tokens first (its limit or count fell) gets them back, so that nothing has moved.
         after = matcher.rollback_limit
         given_back = before - after if type(after) is int else 0
+        now = _counted(matcher)
+        if counted is not None and now is not None:
+            given_back = counted - now
         if 0 < given_back <= dropped:
             _reaccept(matcher, tokens[len(tokens) - given_back :], error)
         raise
+
+
+def _counted(matcher: GrammarMatcher) -> int | None:
+    """The tokens a ``CountingMatcher`` holds (``None`` for a matcher that does not count)."""
+    if not isinstance(matcher, CountingMatcher):
+        return None
+    count = matcher.num_tokens
+    return count if type(count) is int else None
 
 
 def _reaccept(matcher: GrammarMatcher | None, tokens: Sequence[int], error: BaseException) -> None:

@@ -94,9 +94,11 @@ def row_grammars(grammar: GrammarArg, rows: int, vocab_size: int) -> list[RowGra
             raise InvalidArgumentTypeError(
                 f"'{name}' must implement GrammarMatcher, got {type(matcher).__name__}"
             )
-        if any(other is matcher for other in matchers[:index]):
+        engine = _engine(matcher)
+        if any(other is matcher or _engine(other) is engine for other in matchers[:index]):
             raise InvalidArgumentError(
-                f"'{name}' is the matcher of an earlier row: each row needs its own"
+                f"'{name}' is the matcher of an earlier row (or an adapter over its engine): "
+                f"each row needs its own"
             )
         taken = check_non_negative_int(f"{name}.rollback_limit", matcher.rollback_limit)
         if isinstance(matcher, CountingMatcher):
@@ -115,3 +117,9 @@ def row_grammars(grammar: GrammarArg, rows: int, vocab_size: int) -> list[RowGra
             )
         checked.append(RowGrammar(matcher, covered))
     return checked
+
+
+def _engine(matcher: object) -> object:
+    """What ``matcher`` matches with: an adapter's engine (its ``matcher``), else itself."""
+    engine = getattr(type(matcher), "matcher", None)
+    return matcher.matcher if isinstance(engine, property) else matcher  # type: ignore[attr-defined]
