@@ -19,7 +19,12 @@ from hypothesis import strategies as st
 from ssm_rollback import InvalidArgumentError, PrefixSnapshotIndex
 from ssm_rollback.integrations.vllm import UnsupportedEngineError
 from ssm_rollback.integrations.vllm._ops import StepOps
-from ssm_rollback.integrations.vllm._options import check_engine, request_options
+from ssm_rollback.integrations.vllm._options import (
+    check_engine,
+    options_of,
+    prefix_slots,
+    request_options,
+)
 from ssm_rollback.integrations.vllm._scheduler import PrefixBook, RequestOptions
 
 _TOKENS = st.lists(st.integers(0, 2), min_size=1, max_size=6)
@@ -115,6 +120,44 @@ def test_request_options_are_checked_and_named() -> None:
             request_options(bad)
 
 
+def test_a_step_that_runs_past_the_prompt_end_publishes_nothing_there() -> None:
+    """A preempted request resumes by computing its prompt and its output in one step: the
+    state after that step is not the prompt end's, which was published under it, and a later
+    request extending the prompt restored the wrong state."""
+    book = PrefixBook(PrefixSnapshotIndex(2))
+    book.match("c", list(range(100)), RequestOptions())
+    book.allocated("c", [[0]], 0)
+    book.scheduled("c", [[0]], 0, 385, replace=True)  # prompt 100 + output 285, recomputed
+    assert book.take_step().prompt_saves == ()
+    book.match("d", list(range(10)), RequestOptions())
+    book.allocated("d", [[1]], 0)
+    book.scheduled("d", [[1]], 0, 4)  # a chunk of the prompt: not its end either
+    book.scheduled("d", None, 4, 6)  # the last chunk ends there: published
+    assert [s.length for s in book.take_step().prompt_saves] == [10]
+
+
+def test_a_request_of_a_lora_adapter_or_a_salt_shares_no_prefix() -> None:
+    """Entries are keyed by token ids alone: a LoRA request loaded the base model's state,
+    and a salted one another tenant's."""
+    assert options_of(None, shared=False) == RequestOptions(load=False, publish=False)
+    assert options_of({"ssm_rollback": {"publish": False}}, shared=True) == RequestOptions(
+        publish=False
+    )
+    with pytest.raises(InvalidArgumentError, match="'load' must be True or False"):
+        options_of({"ssm_rollback": {"load": "no"}}, shared=False)
+
+
+def test_extra_config_takes_prefix_slots_only_and_names_it() -> None:
+    assert prefix_slots(None) == 16
+    assert prefix_slots({"prefix_slots": 3}) == 3
+    with pytest.raises(
+        UnsupportedEngineError, match=r"takes 'prefix_slots' only, got \['prefix_slot'\]"
+    ):
+        prefix_slots({"prefix_slot": 0})
+    with pytest.raises(UnsupportedEngineError, match="'prefix_slots' must be at most 16,777,216"):
+        prefix_slots({"prefix_slots": 10**9})
+
+
 class _Attention:
     def __init__(self, sliding_window: int | None = None) -> None:
         self.block_size, self.sliding_window = 16, sliding_window
@@ -126,8 +169,9 @@ class _Mamba:
 
 
 def _engine(**changes: object) -> SimpleNamespace:
-    settings = {"role": "kv_both", "tp": 1, "caching": False} | changes
+    settings = {"role": "kv_both", "tp": 1, "caching": False, "speculative": None} | changes
     return SimpleNamespace(
+        speculative_config=settings["speculative"],
         kv_transfer_config=SimpleNamespace(kv_role=settings["role"]),
         parallel_config=SimpleNamespace(
             tensor_parallel_size=settings["tp"], pipeline_parallel_size=1, data_parallel_size=1
@@ -153,6 +197,7 @@ def test_an_engine_the_connector_cannot_serve_is_refused_by_name() -> None:
         (_engine(role="kv_producer"), _groups(_Attention()), "kv_role"),
         (_engine(tp=2), _groups(_Attention()), "tensor_parallel_size"),
         (_engine(caching=True), _groups(_Attention()), "enable_prefix_caching"),
+        (_engine(speculative=object()), _groups(_Attention()), "speculative_config"),
         (_engine(), _groups(_Attention(sliding_window=8)), "KV cache group 0"),
         (_engine(), _groups(_Attention(), _Mamba("align")), "KV cache group 1"),
         (_engine(), _groups(), "no KV cache groups"),

@@ -97,6 +97,35 @@ CLI_FILES = "cli/_files.py"
 CLI_TESTS = ("tests/test_cli_files.py", GAPS)
 
 MORE_MUTANTS: tuple[Mutant, ...] = (
+    # -- the vLLM connector's scheduler side (pure Python: tests/test_vllm_book.py) -----------
+    mutant(
+        "vllm_prompt_end_published_past_it",  # a resumed request's recompute published it
+        "integrations/vllm/_scheduler.py",
+        "        if not request.options.publish or not computed < end == computed + scheduled:",
+        "        if not request.options.publish or not computed < end <= computed + scheduled:",
+        ("tests/test_vllm_book.py",),
+    ),
+    mutant(
+        "vllm_lora_and_salted_requests_share",
+        "integrations/vllm/_options.py",
+        "    return options if shared else RequestOptions(load=False, publish=False)",
+        "    return options",
+        ("tests/test_vllm_book.py",),
+    ),
+    mutant(
+        "vllm_unknown_extra_keys_ok",
+        "integrations/vllm/_options.py",
+        "    if unknown:\n        raise UnsupportedEngineError(\n            f\"'kv_connector_extra_config' takes",
+        "    if False:\n        raise UnsupportedEngineError(\n            f\"'kv_connector_extra_config' takes",
+        ("tests/test_vllm_book.py",),
+    ),
+    mutant(
+        "vllm_speculative_decoding_ok",
+        "integrations/vllm/_options.py",
+        '    if _setting(vllm_config, "speculative_config") is not None:',
+        "    if False:",
+        ("tests/test_vllm_book.py",),
+    ),
     mutant(
         "grammar_rollback_that_says_no_taken",
         GRAMMAR_ROLLBACK,

@@ -11,7 +11,8 @@ only; anything else is refused when the engine starts.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+import logging
+from typing import TYPE_CHECKING, ClassVar, Final
 
 import torch
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (
@@ -26,16 +27,19 @@ from vllm.v1.kv_cache_interface import (
     MambaSpec,
 )
 
+from ..._errors import InvalidArgumentError
 from ...prefix import PrefixSnapshotIndex
 from ._ops import StepOps
-from ._options import check_engine, prefix_slots, request_options
-from ._scheduler import PrefixBook
+from ._options import check_engine, options_of, prefix_slots
+from ._scheduler import PrefixBook, RequestOptions
 from ._store import SlotStore
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
 __all__ = ["SsmPrefixConnector", "SsmPrefixMetadata"]
+
+_LOG: Final = logging.getLogger(__name__)
 
 
 class SsmPrefixMetadata(KVConnectorMetadata):
@@ -87,7 +91,18 @@ class SsmPrefixConnector(KVConnectorBase_V1, SupportsHMA):
         if num_computed_tokens:
             return 0, False
         tokens = list(request.prompt_token_ids or ())  # type: ignore[attr-defined]
-        options = request_options(request.kv_transfer_params)  # type: ignore[attr-defined]
+        shared = getattr(request, "lora_request", None) is None and not getattr(
+            request, "cache_salt", None
+        )
+        try:
+            options = options_of(request.kv_transfer_params, shared=shared)  # type: ignore[attr-defined]
+        except InvalidArgumentError as error:
+            _LOG.warning(
+                "request %s is served without shared prefixes: %s",
+                request.request_id,  # type: ignore[attr-defined]
+                error,
+            )
+            options = RequestOptions(load=False, publish=False)
         hit = self._book.match(request.request_id, tokens, options)  # type: ignore[attr-defined]
         return hit, hit > 0  # loaded "asynchronously": a stale slot then recomputes
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..._errors import InvalidArgumentError, check_non_negative_int, describe, shown
+from ..._core.prefix import MAX_CAPACITY
+from ..._errors import InvalidArgumentError, check_non_negative_int, describe, grouped, shown
 from ._scheduler import RequestOptions
 from ._store import LayerGroup
 
@@ -12,6 +13,7 @@ __all__ = [
     "DEFAULT_PREFIX_SLOTS",
     "UnsupportedEngineError",
     "check_engine",
+    "options_of",
     "prefix_slots",
     "request_options",
 ]
@@ -29,9 +31,31 @@ class UnsupportedEngineError(InvalidArgumentError):
 
 
 def prefix_slots(extra: Mapping[str, object] | None) -> int:
-    """``kv_connector_extra_config["prefix_slots"]``: the number of shared slots."""
+    """``kv_connector_extra_config["prefix_slots"]``: the number of shared slots (the only key
+    it takes: another is a typo that would leave the default in place without a word)."""
+    unknown = sorted(map(str, set(extra or {}) - {"prefix_slots"}))
+    if unknown:
+        raise UnsupportedEngineError(
+            f"'kv_connector_extra_config' takes 'prefix_slots' only, got {shown(unknown)}"
+        )
     value = (extra or {}).get("prefix_slots", DEFAULT_PREFIX_SLOTS)
-    return check_non_negative_int("prefix_slots", value)
+    slots = check_non_negative_int("prefix_slots", value)
+    if slots > MAX_CAPACITY:
+        raise UnsupportedEngineError(
+            f"'prefix_slots' must be at most {MAX_CAPACITY:,} (each holds a whole SSM state), "
+            f"got {grouped(slots)}"
+        )
+    return slots
+
+
+def options_of(params: Mapping[str, object] | None, *, shared: bool) -> RequestOptions:
+    """What a request may do with shared prefixes: its ``request_options``, or neither load nor
+    publish when it is not ``shared`` (a LoRA adapter's or a salted request's state is not
+    the base model's, nor another tenant's). A malformed ``kv_transfer_params`` raises (the
+    connector then serves the request without shared prefixes: one request's mistake must
+    not stop the engine)."""
+    options = request_options(params)
+    return options if shared else RequestOptions(load=False, publish=False)
 
 
 def request_options(params: Mapping[str, object] | None) -> RequestOptions:
@@ -79,6 +103,11 @@ def check_engine(
         size = _setting(vllm_config, f"parallel_config.{name}")
         if size not in (None, 1):
             raise UnsupportedEngineError(f"'{name}' must be 1 (one worker), got {shown(size)}")
+    if _setting(vllm_config, "speculative_config") is not None:
+        raise UnsupportedEngineError(
+            "'speculative_config' must be None: speculative decoding keeps the running SSM "
+            "state in one of several blocks per request, which the connector does not track"
+        )
     if _setting(vllm_config, "cache_config.enable_prefix_caching"):
         raise UnsupportedEngineError(
             "'enable_prefix_caching' must be False: the connector is the prefix cache "

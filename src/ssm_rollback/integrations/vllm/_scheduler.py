@@ -113,7 +113,9 @@ class PrefixBook:
                 for group, more in zip(request.blocks, new_blocks, strict=True):
                     group.extend(more)
         end = len(request.prompt)
-        if not request.options.publish or not computed < end <= computed + scheduled:
+        # Only a step that ends at the prompt's end leaves the state after it: one that runs
+        # past it (a preempted request recomputing its prompt and output at once) does not.
+        if not request.options.publish or not computed < end == computed + scheduled:
             return
         save = self.index.publish(_ROW, request.prompt, end)
         if save is not None:
