@@ -176,3 +176,18 @@ def test_a_bitmask_no_copy_reads_is_refused_by_name() -> None:
     with pytest.raises(InvalidArgumentError, match="'bitmask' must be readable on the logits'"):
         apply_token_bitmask(logits, torch.zeros(1, 9, dtype=torch.int32, device="meta"))
     assert logits.eq(0).all()
+
+
+@pytest.mark.parametrize("engine", ["xgrammar", "llguidance"])
+def test_a_bitmask_whose_rows_share_memory_is_refused(engine: str) -> None:
+    """An expand()ed bitmask took the write of row 1 in every row; the docs promise only the
+    row asked for is written."""
+    make = TOK.xgrammar_json_matcher if engine == "xgrammar" else TOK.llguidance_json_matcher
+    matcher = make(SCHEMA)
+    shared = torch.full((1, 9), -1, dtype=torch.int32).expand(3, 9)
+    with pytest.raises(InvalidArgumentError, match="'bitmask' rows must not share memory"):
+        matcher.fill_next_token_bitmask(shared, 1)
+    assert shared[0].tolist() == [-1] * 9
+    apart = allocate_token_bitmask(3, TOK.vocab_size)
+    matcher.fill_next_token_bitmask(apart, 1)
+    assert apart[0].tolist() == apart[2].tolist() == [-1] * 9

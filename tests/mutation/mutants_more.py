@@ -97,6 +97,13 @@ CLI_FILES = "cli/_files.py"
 CLI_TESTS = ("tests/test_cli_files.py", GAPS)
 
 MORE_MUTANTS: tuple[Mutant, ...] = (
+    mutant(
+        "grammar_bitmask_rows_sharing_memory_ok",
+        "integrations/_grammar/bitmask.py",
+        "    if bitmask.shape[0] > 1 and abs(bitmask.stride(0)) < width:",
+        "    if False:",
+        ("tests/test_grammar_misuse.py",),
+    ),
     # -- the vLLM connector's scheduler side (pure Python: tests/test_vllm_book.py) -----------
     mutant(
         "vllm_prompt_end_published_past_it",  # a resumed request's recompute published it

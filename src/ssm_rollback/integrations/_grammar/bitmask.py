@@ -128,4 +128,10 @@ def check_row(bitmask: torch.Tensor, index: int, vocab_size: int) -> torch.Tenso
     row = bitmask[index]
     if not row.is_contiguous():
         raise InvalidArgumentError("'bitmask' rows must be contiguous")
+    if bitmask.shape[0] > 1 and abs(bitmask.stride(0)) < width:
+        # An expand() (stride 0) or overlapping rows: writing row ``index`` writes others.
+        raise InvalidArgumentError(
+            f"'bitmask' rows must not share memory (an expand() or overlapping strides), got "
+            f"row stride {bitmask.stride(0)} for rows of {width} words"
+        )
     return row
