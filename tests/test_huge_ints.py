@@ -105,6 +105,8 @@ CALLS: dict[str, tuple[Callable[[int], object], str]] = {
     "SlotTags num_sequences": (lambda v: SlotTags(v, 2), "'num_sequences'"),
     "SlotTags slots_per_sequence": (lambda v: SlotTags(2, v), "'slots_per_sequence'"),
     "SlotTags shared_slots": (lambda v: SlotTags(2, 2, shared_slots=v), "'shared_slots'"),
+    "SlotTags.commit flat": (lambda v: SlotTags(2, 2).commit([abs(v)], [0], [1]), "'flat"),
+    "SlotTags.forget flat": (lambda v: SlotTags(2, 2).forget([abs(v)]), "'flat"),
     "FakeSnapshotPool num_sequences": (lambda v: FakeSnapshotPool(v, 2), "'num_sequences'"),
     "FakeSnapshotPool shared_slots": (
         lambda v: FakeSnapshotPool(2, 2, shared_slots=v),

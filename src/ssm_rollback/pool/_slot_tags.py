@@ -42,7 +42,7 @@ def _indices(name: str, values: Sequence[int], bound: int) -> list[int]:
     column = int_column(name, values)
     if column and max(column) >= bound:
         k = next(k for k, value in enumerate(column) if value >= bound)
-        raise InvalidArgumentError(f"'{name}[{k}]' must be < {bound}, got {column[k]}")
+        raise InvalidArgumentError(f"'{name}[{k}]' must be < {bound}, got {shown(column[k])}")
     return column
 
 
