@@ -232,8 +232,10 @@ HF_TP_MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "agreement_refused_rank_skips_the_gather",  # its peers wait out the group's timeout
         AGREEMENT,
-        "        _gather([1, 0, 0, 0, 0, 0], group)\n",
-        "",
+        "    everyone = _gather(words, group)\n"
+        "    if refused is not None:\n        raise refused\n",
+        "    if refused is not None:\n        raise refused\n"
+        "    everyone = _gather(words, group)\n",
         ("tests/test_distributed.py",),
         "-k",
         "fails_together",

@@ -197,14 +197,17 @@ def check_agreement(
         raise InvalidArgumentError(
             f"'group' must hold this rank ({dist.get_rank()}) to check agreement over it"
         )
+    if refused is None:
+        shared = _shared_slots(pool)
+        actual, compared = _tags(pool, shared, known)
+        staged = _staged(pool)
+        shape = [pool.num_sequences, pool.slots_per_sequence, shared, max(staged, default=0)]
+        words = [0, *shape, _digest([*compared, *staged])]
+    else:  # the same six words, saying so
+        words = [1, 0, 0, 0, 0, 0]
+    everyone = _gather(words, group)
     if refused is not None:
-        _gather([1, 0, 0, 0, 0, 0], group)
         raise refused
-    shared = _shared_slots(pool)
-    actual, compared = _tags(pool, shared, known)
-    staged = _staged(pool)
-    shape = [pool.num_sequences, pool.slots_per_sequence, shared, max(staged, default=0)]
-    everyone = _gather([0, *shape, _digest([*compared, *staged])], group)
     if any(d[0] for d in everyone):
         bad = next(r for r, d in enumerate(everyone) if d[0])
         raise InvalidArgumentError(

@@ -7,7 +7,7 @@ from typing import TypeVar, cast
 from .._core.prefix import PrefixSnapshotIndex
 from .._core.ring import SsmDecodeRing, SsmRingEntry
 from .._errors import InvalidArgumentTypeError, check_non_negative_int, describe
-from ..pool import Rings
+from ..pool import Rings, _check_index
 from ..pool._runs import ring_lookup
 from .agreement import AgreementError, SharedSlotDispute, SlotDispute
 
@@ -31,11 +31,7 @@ def retire_disputed(
         raise InvalidArgumentTypeError(
             f"'error' must be the AgreementError check_agreement raised, got {type(error).__name__}"
         )
-    if prefix_index is not None and not isinstance(prefix_index, PrefixSnapshotIndex):
-        raise InvalidArgumentTypeError(
-            f"'prefix_index' must be a PrefixSnapshotIndex or None, got "
-            f"{type(prefix_index).__name__}"
-        )
+    _check_index(prefix_index)
     # Everything checked before the first discard: a bad dispute or ring changes nothing.
     ring_for = ring_lookup(rings)
     doomed: list[tuple[SsmDecodeRing, SsmRingEntry]] = []

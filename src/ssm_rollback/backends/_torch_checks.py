@@ -156,7 +156,8 @@ def _may_share_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
         return False
     if a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
         return False
-    return _span(a)[0] < _span(b)[1] and _span(b)[0] < _span(a)[1]
+    (a_start, a_end), (b_start, b_end) = _span(a), _span(b)
+    return a_start < b_end and b_start < a_end
 
 
 def _span(tensor: torch.Tensor) -> tuple[int, int]:

@@ -198,6 +198,7 @@ def scheduler_step(
 
 
 def _check_index(prefix_index: object) -> None:
+    """Refuse a ``prefix_index`` that is neither a ``PrefixSnapshotIndex`` nor ``None``."""
     if prefix_index is not None and not isinstance(prefix_index, PrefixSnapshotIndex):
         raise InvalidArgumentTypeError(
             f"'prefix_index' must be a PrefixSnapshotIndex or None, got "

@@ -231,8 +231,7 @@ def _move_matcher(matcher: GrammarMatcher | None, dropped: int, tokens: Sequence
         answer: object = matcher.rollback(dropped)  # type: ignore[func-returns-value]
         # A rollback that says no (False, as llguidance's engine answers) or that counts
         # fewer tokens given back than asked did not move the matcher with the model.
-        now = _counted(matcher)
-        moved = None if counted is None or now is None else counted - now
+        moved = _given_back(matcher, counted)
         if answer is False or (moved is not None and moved != dropped):
             raise InvariantError(
                 f"'matcher' must give back the {dropped} tokens rollback({dropped}) asks for "
@@ -241,12 +240,11 @@ def _move_matcher(matcher: GrammarMatcher | None, dropped: int, tokens: Sequence
             )
     except BaseException as error:
         # The contract says a raising rollback changed nothing; one that gave back some
-        # tokens first (its limit or count fell) gets them back, so that nothing has moved.
-        after = matcher.rollback_limit
-        given_back = before - after if type(after) is int else 0
-        now = _counted(matcher)
-        if counted is not None and now is not None:
-            given_back = counted - now
+        # tokens first (its count, else its limit, fell) gets them back: nothing has moved.
+        given_back = _given_back(matcher, counted)
+        if given_back is None:
+            after = matcher.rollback_limit
+            given_back = before - after if type(after) is int else 0
         if 0 < given_back <= dropped:
             _reaccept(matcher, tokens[len(tokens) - given_back :], error)
         raise
@@ -258,6 +256,13 @@ def _counted(matcher: GrammarMatcher) -> int | None:
         return None
     count = matcher.num_tokens
     return count if type(count) is int else None
+
+
+def _given_back(matcher: GrammarMatcher, counted: int | None) -> int | None:
+    """How many tokens a counting matcher gave back since it held ``counted`` (``None``
+    where it does not count)."""
+    now = _counted(matcher)
+    return None if counted is None or now is None else counted - now
 
 
 def _reaccept(matcher: GrammarMatcher | None, tokens: Sequence[int], error: BaseException) -> None:
