@@ -522,6 +522,15 @@ def big_step_from_the_last_rank(rank: int, world: int, group: dist.ProcessGroup 
     return outcome_of(lambda: tp.broadcast_effects(mine, src=world - 1, group=group) == tuple(step))
 
 
+def row_disputes_of(call: Callable[[], None]) -> str:
+    """The rows ``call``'s ``AgreementError`` names, with its rank and slot disputes."""
+    try:
+        call()
+    except tp.AgreementError as error:
+        return repr((error.rank, error.disputes, error.shared_disputes, error.row_disputes))
+    return "ok"
+
+
 def agreement_misuse(rank: int, world: int) -> dict[str, str]:
     """``check_agreement`` and a step after a timeout, where one rank differs from the rest.
 
@@ -546,6 +555,20 @@ def agreement_misuse(rank: int, world: int) -> dict[str, str]:
     staged = pool()
     staged.intermediate[0] = [0] * (2 + rank)
     seen["buffers apart"] = outcome_of(lambda: tp.check_agreement(staged))
+    # One verify step's buffer on every rank, and its accept applied on rank 1 only: the
+    # row's live state differs, though every slot agrees (the digest left accepts out).
+    moved = FakeSnapshotPool(2, 1, shared_slots=2)
+    moved.intermediate[1] = ["a", "b"]
+    if rank == 1:
+        moved.accept([SsmStateAccept(1, 1, ticket=7)])
+    known: dict[tuple[int, int], tuple[int, int]] = {}
+    seen["accept apart"] = row_disputes_of(lambda: tp.check_agreement(moved, known=known))
+    seen["accept apart, known"] = outcome_of(lambda: tp.check_agreement(moved, known=known))
+    # As many intermediate states at most, but not on the same row: no slot differs.
+    counts = pool()
+    counts.intermediate[0] = ["a", "b"]
+    counts.intermediate[1] = ["a", "b"] if rank == 1 else ["a"]
+    seen["buffers of a row apart"] = row_disputes_of(lambda: tp.check_agreement(counts))
     short = dist.new_group(timeout=datetime.timedelta(seconds=3))
     first = [SsmStateAccept(0, 0)] if rank == 0 else None
     seen["first step"] = outcome_of(lambda: tp.broadcast_effects(first, src=0, group=short))
@@ -1003,6 +1026,13 @@ def test_check_agreement_fails_together_whatever_one_rank_passes(ranks: list[str
         else:
             assert outside == "ok"
         assert mine["buffers apart"].startswith("AgreementError: every rank's pool"), mine
+        tickets = (None, 7, *([None] * (len(seen) - 2)))
+        dispute = tp.RowDispute(1, tickets, (2,) * len(seen))
+        assert mine["accept apart"] == repr((1, (), (), (dispute,))), mine
+        assert mine["accept apart, known"] == "ok"  # reported once
+        counts = (1, 2, *([1] * (len(seen) - 2)))
+        dispute = tp.RowDispute(1, (None,) * len(seen), counts)
+        assert mine["buffers of a row apart"] == repr((1, (), (), (dispute,))), mine
         assert mine["first step"] == "ok"
     assert seen[0]["a check alone"] == seen[0]["a step after it"] == "DistributedError"
 

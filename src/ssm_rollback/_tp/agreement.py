@@ -1,83 +1,47 @@
 """Whether every tensor-parallel rank's pool holds the same snapshots, and what to do if not.
 
 ``check_agreement`` gathers a digest of every rank's slot tags - ring slots,
-and the shared slots of prefix snapshots when the pool has them (SPEC 13) -
-and, only when they differ, the tags themselves, to name the rank and the
-slots; ``retire_disputed`` is the scheduler's answer to its
-``AgreementError``. ``ssm_rollback.distributed`` re-exports them.
+the shared slots of prefix snapshots when the pool has them (SPEC 13), and
+each row's last accept - and, only when they differ, the tags themselves,
+to name the rank, the slots and the rows (``disputes``); ``retire_disputed``
+is the scheduler's answer to its ``AgreementError``.
+``ssm_rollback.distributed`` re-exports them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Mapping, MutableMapping
 from typing import Final, cast
 
-import attrs
 import torch
 import torch.distributed as dist
 
-from .._errors import (
-    InvalidArgumentError,
-    InvalidArgumentTypeError,
-    InvariantError,
-    SsmRollbackError,
-)
+from .._errors import InvalidArgumentError, InvalidArgumentTypeError, SsmRollbackError
 from ..pool import SharedSnapshotPool, SnapshotPool, _check_pool
+from .disputes import (
+    ROW_WORDS,
+    SHARED_ROW,
+    AgreementError,
+    RowDispute,
+    SharedSlotDispute,
+    SlotDispute,
+    find_disputes,
+    odd_one,
+)
 from .failures import lost
 from .groups import group_active, group_device, group_label
 
 __all__ = [
+    "ROW_WORDS",
     "SHARED_ROW",
     "AgreementError",
+    "RowDispute",
     "SharedSlotDispute",
     "SlotDispute",
     "check_agreement",
 ]
 
-#: The row a shared slot is filed under in ``check_agreement``'s ``known``:
-#: ``known[(SHARED_ROW, slot)]``. No pool has a row -1.
-SHARED_ROW: Final = -1
-
-
-@attrs.frozen
-class SlotDispute:
-    """A slot the ranks disagree about: the ticket each rank holds there (``None``: nothing)."""
-
-    seq: int
-    slot: int
-    tickets: tuple[int | None, ...]
-
-
-@attrs.frozen
-class SharedSlotDispute:
-    """A shared slot (SPEC 13) the ranks disagree about: the ticket each rank holds there."""
-
-    slot: int
-    tickets: tuple[int | None, ...]
-
-
-class AgreementError(InvariantError):
-    """The ranks' pools disagree about what their slots hold; raised on every rank alike.
-
-    ``rank`` is the first rank (in group order) whose view differs from the
-    majority's (rank 0's when tied); ``disputes`` lists the ring slots,
-    ``shared_disputes`` the shared slots of prefix snapshots.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        rank: int,
-        disputes: tuple[SlotDispute, ...],
-        shared_disputes: tuple[SharedSlotDispute, ...] = (),
-    ) -> None:
-        super().__init__(message)
-        self.rank = rank
-        self.disputes = disputes
-        self.shared_disputes = shared_disputes
-
-
-# A known dispute's slot, unchanged since it was reported. Not -2: CPython hashes -1 as -2,
+# A known dispute's words, unchanged since it was reported. Not -2: CPython hashes -1 as -2,
 # so (-2, -2) and an empty slot's (-1, -1) would give one digest.
 _EXCUSED: Final = -3
 
@@ -88,20 +52,26 @@ def _shared_slots(pool: SnapshotPool) -> int:
 
 
 def _tags(
-    pool: SnapshotPool, shared: int, known: Mapping[tuple[int, int], tuple[int, int]] | None
+    pool: SnapshotPool,
+    shared: int,
+    staged: list[int],
+    known: Mapping[tuple[int, int], tuple[int, int]] | None,
 ) -> tuple[list[int], list[int]]:
-    """Every slot's (position, ticket), -1 for nothing; and the same with known ones excused.
+    """Every key's pair of words, -1 for nothing; and the same with known disputes excused.
 
-    The ring slots by row, then the ``shared`` shared slots as ``(-1,
-    ticket)``: a pool records no position of a shared slot, and its ticket
-    alone names the prefix placed there (no two placements share one).
+    The ring slots by row as ``(position, ticket)``, then the ``shared``
+    shared slots as ``(-1, ticket)`` (a pool records no position of a shared
+    slot, and its ticket alone names the prefix placed there: no two
+    placements share one), then each row as ``(intermediate count, ticket of
+    its last accept)``: a row whose accept or verify buffer reached some
+    ranks only has a different live state on each.
     """
     rows, slots = pool.num_sequences, pool.slots_per_sequence
     actual: list[int] = []
     compared: list[int] = []
 
-    def add(key: tuple[int, int], position: int | None, ticket: int | None) -> None:
-        tag = (-1 if position is None else position, -1 if ticket is None else ticket)
+    def add(key: tuple[int, int], first: int | None, second: int | None) -> None:
+        tag = (-1 if first is None else first, -1 if second is None else second)
         actual.extend(tag)
         excused = known is not None and known.get(key) == tag
         compared.extend((_EXCUSED, _EXCUSED) if excused else tag)
@@ -113,6 +83,9 @@ def _tags(
         shared_pool = cast(SharedSnapshotPool, pool)  # _shared_slots asked the protocol
         for slot in range(shared):
             add((SHARED_ROW, slot), None, shared_pool.stored_shared_ticket(slot))
+    accepted = _accepted(pool)
+    for seq in range(rows):
+        add((seq, ROW_WORDS), staged[seq] if staged else None, accepted[seq])
     return actual, compared
 
 
@@ -139,6 +112,14 @@ def _staged(pool: SnapshotPool) -> list[int]:
     return [count(seq) for seq in range(pool.num_sequences)]
 
 
+def _accepted(pool: SnapshotPool) -> list[int | None]:
+    """The ticket of the last accept each row applied (rule 7), for a pool of this library
+    (``None`` for every row of a third-party pool: the protocol does not report it)."""
+    tags = getattr(pool, "_slot_tags", None)
+    held = tags()._accepted(list(range(pool.num_sequences))) if callable(tags) else None
+    return [None] * pool.num_sequences if held is None else held
+
+
 def _digest(values: list[int]) -> int:
     # Ints hash the same in every process (PYTHONHASHSEED salts only str and
     # bytes), and tuple hashing mixes order in: equal tags, equal digests.
@@ -158,20 +139,25 @@ def check_agreement(
     arguments; the pool's shape - rows, ring slots, shared slots, and the
     most intermediate states a row's buffer holds - and a hash of every ring
     slot's position and ticket, for a ``SharedSnapshotPool`` every shared
-    slot's ticket, and for a ``VerifyBufferPool`` every row's intermediate
+    slot's ticket, and per row the ticket of the last accept it applied (on
+    the library's pools) and, for a ``VerifyBufferPool``, its intermediate
     count); a rank whose ``pool`` or ``known`` is refused takes part saying
     so, and every rank raises ``InvalidArgumentError`` (none waits for it);
     only when they differ, a second one of the tags themselves, to name the
     rank and the slots. A shared save that failed on one rank is caught like
-    a ring save: the error's ``shared_disputes`` names the shared slot.
+    a ring save: the error's ``shared_disputes`` names the shared slot. An
+    accept or a verify step's buffer that reached some ranks only is named
+    in ``row_disputes``: that row's live state differs between ranks, and no
+    slot can bring it back - the scheduler ends or re-prefills its request.
 
     ``known`` (the same dict passed on every call, on every rank) makes the
     check report each dispute once: on raising, the disputed slots are
     recorded there with this rank's tags (a shared slot under ``(SHARED_ROW,
-    slot)``), and later checks pass over a slot while it still holds what
-    it held then - the scheduler has retired it (``retire_disputed``) and no
-    restore will name it. The next save that writes the slot on every rank
-    brings it back under the check.
+    slot)``, a row under ``(seq, ROW_WORDS)``), and later checks pass over a
+    slot while it still holds what it held then - the scheduler has retired
+    it (``retire_disputed``) and no restore will name it. The next save that
+    writes the slot on every rank (for a row: the next verify step or
+    accept) brings it back under the check.
 
     A peer that died, or did not call within the group's timeout, is
     ``DistributedError`` (naming the group; the backend does not say which rank).
@@ -199,10 +185,10 @@ def check_agreement(
         )
     if refused is None:
         shared = _shared_slots(pool)
-        actual, compared = _tags(pool, shared, known)
         staged = _staged(pool)
+        actual, compared = _tags(pool, shared, staged, known)
         shape = [pool.num_sequences, pool.slots_per_sequence, shared, max(staged, default=0)]
-        words = [0, *shape, _digest([*compared, *staged])]
+        words = [0, *shape, _digest(compared)]
     else:  # the same six words, saying so
         words = [1, 0, 0, 0, 0, 0]
     everyone = _gather(words, group)
@@ -222,61 +208,38 @@ def check_agreement(
         raise AgreementError(
             f"every rank's pool must have the same (num_sequences, slots_per_sequence, "
             f"shared_slots, intermediate states per row), got {shapes} by rank",
-            _odd_one(shapes),
+            odd_one(shapes),
             (),
         )
     tables = _gather([*actual, *compared], group)
     half = len(actual)
-    views = [t[half:] for t in tables]
-    rank = _odd_one([d[4] for d in digests])
-    disputes, shared_disputes = _disputes(
-        views, [t[:half] for t in tables], pool.num_sequences, pool.slots_per_sequence
+    rows, slots = pool.num_sequences, pool.slots_per_sequence
+    disputes, shared_disputes, row_disputes = find_disputes(
+        [t[half:] for t in tables], [t[:half] for t in tables], rows, slots, shared
     )
     if known is not None:
-        ring_words = 2 * pool.num_sequences * pool.slots_per_sequence
-        for d in disputes:
-            flat = 2 * (d.seq * pool.slots_per_sequence + d.slot)
-            known[(d.seq, d.slot)] = (actual[flat], actual[flat + 1])
-        for sd in shared_disputes:
-            flat = ring_words + 2 * sd.slot
-            known[(SHARED_ROW, sd.slot)] = (actual[flat], actual[flat + 1])
+        keys = [(d.seq, d.slot) for d in disputes]
+        keys += [(SHARED_ROW, d.slot) for d in shared_disputes]
+        keys += [(d.seq, ROW_WORDS) for d in row_disputes]
+        flats = [d.seq * slots + d.slot for d in disputes]
+        flats += [rows * slots + d.slot for d in shared_disputes]
+        flats += [rows * slots + shared + d.seq for d in row_disputes]
+        for key, flat in zip(keys, flats, strict=True):
+            known[key] = (actual[2 * flat], actual[2 * flat + 1])
     named = [f"(seq {d.seq}, slot {d.slot}): tickets {d.tickets}" for d in disputes]
     named += [f"(shared slot {d.slot}): tickets {d.tickets}" for d in shared_disputes]
+    named += [
+        f"(row {d.seq}): accept tickets {d.accept_tickets}, intermediate states "
+        f"{d.intermediate_counts}"
+        for d in row_disputes
+    ]
     more = f" and {len(named) - 4} more" if len(named) > 4 else ""
+    rank = odd_one([d[4] for d in digests])
     raise AgreementError(
-        f"every rank's slots must hold the same snapshots, got rank {rank} differing on "
-        f"{len(named)} slots - {', '.join(named[:4])}{more}",
+        f"every rank's slots must hold the same snapshots, and its rows the same live state, "
+        f"got rank {rank} differing on {len(named)} - {', '.join(named[:4])}{more}",
         rank,
         disputes,
         shared_disputes,
+        row_disputes,
     )
-
-
-def _odd_one(values: Sequence[object]) -> int:
-    """The first rank whose value is not the majority's (ties: the lowest rank's value wins)."""
-    counts: dict[object, int] = {}
-    for value in values:
-        counts[value] = counts.get(value, 0) + 1
-    best = max(counts.values())
-    majority = next(v for v in values if counts[v] == best)
-    return next(r for r, v in enumerate(values) if v != majority)
-
-
-def _disputes(
-    views: list[list[int]], actual: list[list[int]], rows: int, slots: int
-) -> tuple[tuple[SlotDispute, ...], tuple[SharedSlotDispute, ...]]:
-    """The ring slots, then the shared slots, whose compared tags differ between ranks."""
-    found = []
-    shared = []
-    ring_slots = rows * slots
-    for k in range(0, len(views[0]), 2):
-        pair = (views[0][k], views[0][k + 1])
-        if all((v[k], v[k + 1]) == pair for v in views):
-            continue
-        tickets = tuple(None if a[k + 1] < 0 else a[k + 1] for a in actual)
-        at = k // 2
-        if at < ring_slots:
-            found.append(SlotDispute(at // slots, at % slots, tickets))
-        else:
-            shared.append(SharedSlotDispute(at - ring_slots, tickets))
-    return tuple(found), tuple(shared)

@@ -9,7 +9,7 @@ from .._core.ring import SsmDecodeRing, SsmRingEntry
 from .._errors import InvalidArgumentTypeError, check_non_negative_int, describe
 from ..pool import Rings, _check_index
 from ..pool._runs import ring_lookup
-from .agreement import AgreementError, SharedSlotDispute, SlotDispute
+from .disputes import AgreementError, SharedSlotDispute, SlotDispute
 
 __all__ = ["retire_disputed"]
 
