@@ -10,7 +10,8 @@ int64 refused only after decoding; processors of a direct call built for the def
 ``max_length``; ``prefix_allowed_tokens_fn`` told row 0 for every row; a call that
 raised on a later row having published the earlier ones; int8 ids compared in
 int8; a streamer never ended when ``custom_generate`` wraps a decoder; token ids
-past the vocabulary in settings refused only by the processors, mid-decode.
+past the vocabulary in settings refused only by the processors, mid-decode;
+``max_new_tokens=0`` decoding nothing and returning the prompt, where ``generate`` raises.
 """
 
 from __future__ import annotations
@@ -303,3 +304,16 @@ def test_a_decoder_wrapped_in_a_function_of_your_own_still_ends_the_streamer() -
         )
         new = _sequences(out)[0][len(PROMPT[0]) :]
         assert streamer.calls == [PROMPT[0].tolist(), *([t] for t in new), "end"]
+
+
+@pytest.mark.parametrize("decoder", ["speculative", "backtracking"])
+def test_max_new_tokens_of_zero_is_refused_as_generate_refuses_it(decoder: str) -> None:
+    """A direct call returned the prompt for ``max_new_tokens=0``, where ``generate`` raises."""
+    with pytest.raises(ValueError, match="max_new_tokens"):  # generate's own refusal
+        generate(PROMPT, max_new_tokens=0)
+    prefixes = HybridPrefixCache(model(), max_bytes=1 << 20)
+    streamer = _Recorder()
+    with pytest.raises(InvalidArgumentError, match="'max_new_tokens' must be >= 1"):
+        _decoders()[decoder](PROMPT, max_new_tokens=0, prefix_cache=prefixes, streamer=streamer)
+    assert streamer.calls == ["end"]  # nothing streamed
+    assert (prefixes.report.misses, prefixes.report.published) == (0, 0)

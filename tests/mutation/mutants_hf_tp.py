@@ -215,6 +215,15 @@ HF_TP_MUTANTS: tuple[Mutant, ...] = (
         "            if below is frame or below.f_code is _code_of(wrapper):",
         "            if below is frame:",
     ),
+    mutant(
+        "hf_zero_new_tokens_decodes_nothing",  # returned the prompt where generate() raises
+        "integrations/_hf/generate_args.py",
+        "    if count == 0:\n",
+        "    if count < 0:\n",
+        ("tests/test_hf_generate_misuse.py",),
+        "-k",
+        "zero",
+    ),
     # -- the agreement check's scheduler answer -----------------------------------------------
     _a(
         "agreement_retire_ignores_tickets",  # retires an entry whose ticket no rank disputes
@@ -245,6 +254,24 @@ HF_TP_MUTANTS: tuple[Mutant, ...] = (
         AGREEMENT,
         "    staged = _staged(pool)\n",
         "    staged: list[int] = []\n",
+        ("tests/test_distributed.py",),
+        "-k",
+        "fails_together",
+    ),
+    mutant(
+        "agreement_accepts_uncompared",  # an accept on one rank only passed: the rows' live
+        AGREEMENT,  # state differed with every slot agreeing
+        "    accepted = _accepted(pool)\n",
+        "    accepted: list[int | None] = [None] * rows\n",
+        ("tests/test_distributed.py",),
+        "-k",
+        "fails_together",
+    ),
+    mutant(
+        "agreement_row_dispute_known_misfiled",
+        AGREEMENT,
+        "        flats += [rows * slots + shared + d.seq for d in row_disputes]\n",
+        "        flats += [rows * slots + d.seq for d in row_disputes]\n",
         ("tests/test_distributed.py",),
         "-k",
         "fails_together",

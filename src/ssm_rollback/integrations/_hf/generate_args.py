@@ -98,9 +98,9 @@ class GenerateArgs:
         """``max_new_tokens``, else the config's (its ``max_new_tokens``, or ``max_length``)."""
         config = self.config
         if value is not None or not self.length_from_config:
-            return check_non_negative_int("max_new_tokens", value)
+            return _at_least_one("max_new_tokens", value)
         if config.max_new_tokens is not None:
-            return check_non_negative_int("generation_config.max_new_tokens", config.max_new_tokens)
+            return _at_least_one("generation_config.max_new_tokens", config.max_new_tokens)
         length = check_non_negative_int("generation_config.max_length", config.max_length)
         if length <= width:
             raise InvalidArgumentError(
@@ -288,3 +288,13 @@ def settings_in_config(decoder: Callable[_P, _R]) -> Callable[_P, _R]:
     kept = [p for p in signature.parameters.values() if p.name not in _IN_CONFIG]
     vars(decoder)["__signature__"] = signature.replace(parameters=kept)
     return decoder
+
+
+def _at_least_one(name: str, value: object) -> int:
+    """A token count to decode: an int >= 1, as ``generate`` requires (it refuses 0)."""
+    count = check_non_negative_int(name, value)
+    if count == 0:
+        raise InvalidArgumentError(
+            f"'{name}' must be >= 1 (generate() refuses 0 too: there is nothing to decode), got 0"
+        )
+    return count
