@@ -119,7 +119,7 @@ UNKNOWN = {"foo": bads(1), "output_hidden_states": bads(True)}
 SETTINGS = {"temperature": [*oks(0.7), *maybes("x", -1.0)]}
 
 SPECULATIVE: dict[str, list[Arg]] = {
-    "max_new_tokens": [*oks(*range(MAX_NEW + 1)), *COUNTS],
+    "max_new_tokens": [*oks(*range(1, MAX_NEW + 1)), *COUNTS, *bads(0)],
     "num_draft_tokens": [*oks(0, 1, 3, 5, 10**9), *COUNTS],
     "capacity": [*oks(0, 2, 10**12), *COUNTS],
     "draft": [
@@ -153,7 +153,7 @@ SPECULATIVE: dict[str, list[Arg]] = {
 }
 
 BACKTRACKING: dict[str, list[Arg]] = {
-    "max_new_tokens": [*oks(*range(MAX_NEW + 1)), *COUNTS],
+    "max_new_tokens": [*oks(*range(1, MAX_NEW + 1)), *COUNTS, *bads(0)],
     "capacity": [*oks(0, 2, 10**12), *COUNTS],
     "max_rollbacks": [*oks(0, 1, 3), *COUNTS],
     "is_boundary": [*BOUNDARY_OK, *BOUNDARY_BAD, *maybes(returning("x"))],
