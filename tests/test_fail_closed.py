@@ -256,6 +256,47 @@ def test_a_steps_saves_applied_twice_are_refused_and_copy_nothing() -> None:
     assert pool.live[0] == "after 4"  # the first copy, untouched
 
 
+def test_an_older_steps_save_applied_after_its_slot_was_reused_is_refused() -> None:
+    """A save applied again once a newer save had reused its slot was accepted: the slot took
+    the old tag over the newer state, the ring's newest snapshot no longer restored, and a
+    restore planned for the old one got the newer state as its position's."""
+    from ssm_rollback import plan_rollback, rollback_to_boundary, snapshot_boundary_if_ssm
+
+    pool, ring = FakeSnapshotPool(1, 1), SsmDecodeRing(1)
+    pool.live[0] = "after 5"
+    old = snapshot_boundary_if_ssm(
+        ring, seq=0, token_position=5, is_boundary=True, in_thinking=False
+    )
+    apply_effects(pool, [old], [ring])
+    stale = plan_rollback(ring, [5], seq=0, current_len=6)  # planned, never committed
+    pool.live[0] = "after 8"
+    new = snapshot_boundary_if_ssm(
+        ring, seq=0, token_position=8, is_boundary=True, in_thinking=False
+    )
+    apply_effects(pool, [new], [ring])
+    pool.live[0] = "after 9"
+    for apply in (lambda: apply_effects(pool, [old], [ring]), lambda: pool.save([old])):
+        with pytest.raises(StaleSnapshotError, match=r"holds a newer save \(ticket \d+\)"):
+            apply()
+    assert (pool.stored_position(0, 0), pool.stored_value(0, 0)) == (8, "after 8")
+    with pytest.raises(StaleSnapshotError, match="not position 5"):
+        pool.restore(stale.effects)
+    back = rollback_to_boundary(ring, [5, 8], seq=0, current_len=9)
+    apply_effects(pool, back.effects, [ring])
+    assert pool.live[0] == "after 8"  # the ring's newest snapshot still restores
+    # A verify step's saves (from the intermediate buffer) likewise.
+    pool, ring = FakeSnapshotPool(1, 1), SsmDecodeRing(1)
+    steps = []
+    for first in (4, 8):
+        pool.intermediate[0] = [f"after {first}", f"after {first + 1}"]
+        flags = {"is_boundary": [False, True], "in_thinking": [False, False]}
+        steps.append(commit_verified(ring, seq=0, first_position=first, accepted=1, **flags))
+        apply_effects(pool, steps[-1].effects, [ring])
+    with pytest.raises(StaleSnapshotError, match="holds a newer save"):
+        apply_effects(pool, steps[0].saves, [ring])
+    assert (pool.stored_position(0, 0), pool.stored_value(0, 0)) == (9, "after 9")
+
+
 def _verified_step(pool: FakeSnapshotPool, ring: SsmDecodeRing, first: int) -> VerifyPlan:
     """A verify step from ``first`` feeding 3 tokens, 2 accepted; the buffer names each state."""
     pool.intermediate[0] = [f"after {first + j}" for j in range(3)]

@@ -160,6 +160,22 @@ def test_shared_save_applied_twice_is_refused(make: type) -> None:
     assert inner.live == ["row0, later", "row1", "row2"]
 
 
+@pytest.mark.parametrize("make", POOLS.values(), ids=POOLS.keys())
+def test_an_older_shared_save_applied_after_its_slot_was_reused_is_refused(make: type) -> None:
+    """A shared save applied again after a newer placement reused its slot overwrote the newer
+    prefix's state under the old ticket: refused, the newer entry still restores."""
+    inner = fake(rows=2, shared=1)
+    pool = make(inner)
+    old, new = SsmPrefixSave(0, 0, 4, 77), SsmPrefixSave(1, 0, 6, 78)
+    apply_effects(pool, [old], [])
+    apply_effects(pool, [new], [])
+    with pytest.raises(StaleSnapshotError, match=r"'effects\[0\]'.*holds a newer save \(ticket 78"):
+        apply_effects(pool, [old], [])
+    assert (inner.stored_shared_ticket(0), inner.stored_shared_value(0)) == (78, "row1")
+    apply_effects(pool, [SsmPrefixRestore(0, 0, 6, 78)], [])
+    assert inner.live[0] == "row1"
+
+
 # -- apply_effects ------------------------------------------------------------------
 
 

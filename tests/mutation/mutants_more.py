@@ -247,7 +247,6 @@ MORE_MUTANTS: tuple[Mutant, ...] = (
         "no_longer_owns",
     ),
     # -- the shared slots' rules --------------------------------------------------------------
-    _sh("shared_save_again_unchecked", "if any(map(eq, held, tickets)):", "if False:"),
     _sh(
         "shared_restore_ticket_unchecked",
         "if tickets != [r.ticket for r in restores] or (",
@@ -258,6 +257,7 @@ MORE_MUTANTS: tuple[Mutant, ...] = (
         "lengths is not None and lengths != [r.length for r in restores]",
         "False",
     ),
+    _sh("shared_save_again_unchecked", "if any(map(replayed, tickets, held)):", "if False:"),
     _sh("shared_slot_bound_inclusive", "and max(slots) < shared", "and max(slots) <= shared"),
     _sh(
         "shared_saves_one_slot_twice_ok",

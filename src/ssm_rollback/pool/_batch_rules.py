@@ -14,9 +14,12 @@ nowhere else:
    state the row's buffer holds now.
 5. A restore copies only from a slot that holds exactly its position and
    ticket (SPEC 7); otherwise ``StaleSnapshotError`` naming the stale slots.
-6. A save whose ticket its slot already holds was applied before (a step's
-   effects applied twice, SPEC 15): ``StaleSnapshotError``, nothing copied -
-   its source may hold other state by now.
+6. A save whose ticket is not newer than the one its slot holds was applied
+   before (a step's effects applied twice, SPEC 15), or comes from a step
+   older than the save that wrote the slot since (applied late, or again
+   after the slot was reused): ``StaleSnapshotError``, nothing copied - its
+   source may hold other state by now, and the slot holds a snapshot a ring
+   may still restore. Tickets only grow (rule 10 of the ring).
 7. An accept whose ticket is not newer than the last one accepted on its row
    was applied before, or belongs to an older step (SPEC 15):
    ``StaleSnapshotError``, nothing copied - the live state must not move back.
@@ -39,7 +42,6 @@ a third-party pool's ``stored_position`` / ``stored_ticket``, so
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from operator import eq
 from typing import NoReturn
 
 from .._core.effect_dict import SaveBatch, SsmSnapshotRestore, SsmSnapshotSave, SsmStateAccept
@@ -134,9 +136,12 @@ class BatchChecks:
         if (
             tickets
             and self._may_hold(tickets)
-            and any(map(eq, self._held_tickets(seqs, slots, flat), tickets))
+            and any(map(replayed, tickets, self._held_tickets(seqs, slots, flat)))
         ):
-            _refuse_again(seqs, slots, tickets, self._held_tickets(seqs, slots, flat), names)
+            held = self._held_tickets(seqs, slots, flat)
+            k = next(k for k, pair in enumerate(zip(tickets, held, strict=True)) if replayed(*pair))
+            where = f"seq {seqs[k]}, slot {slots[k]}"
+            raise refuse_replayed(names.of(k), where, tickets[k], held[k])
         return CheckedSaves(seqs, flat, positions, tickets, sources)
 
     def check_restores(
@@ -322,18 +327,21 @@ def _refuse_stale(
     )
 
 
-def _refuse_again(
-    seqs: list[int],
-    slots: Sequence[int],
-    tickets: Sequence[int],
-    held: list[int | None],
-    names: Names,
-) -> NoReturn:
-    """Rule 6's error, naming the first save its slot already holds."""
-    k = next(k for k, (new, old) in enumerate(zip(tickets, held, strict=True)) if new == old)
-    raise StaleSnapshotError(
-        f"refusing '{names.of(k)}' (seq {seqs[k]}, slot {slots[k]}, ticket {tickets[k]}), "
-        f"copying nothing: its slot already holds that ticket - a save applied twice"
+def replayed(ticket: int, held: int | None) -> bool:
+    """Rule 6: whether a save of ``ticket`` into a slot holding ``held`` was applied before
+    (the same ticket) or comes late (an older one than the save that wrote the slot since)."""
+    return held is not None and ticket <= held
+
+
+def refuse_replayed(name: str, where: str, ticket: int, held: int | None) -> StaleSnapshotError:
+    """Rule 6's error for the save ``name`` at ``where`` (``replayed`` said so)."""
+    why = (
+        "already holds that ticket - a save applied twice"
+        if ticket == held
+        else f"holds a newer save (ticket {held}) - an older step's save, applied late or twice"
+    )
+    return StaleSnapshotError(
+        f"refusing '{name}' ({where}, ticket {ticket}), copying nothing: its slot {why}"
     )
 
 

@@ -12,12 +12,11 @@ Checked here and nowhere else; what passes comes back as plain lists.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from operator import eq
 from typing import NamedTuple, NoReturn
 
 from .._core.effect_dict import SsmPrefixRestore, SsmPrefixSave
 from .._errors import InvalidArgumentError, StaleSnapshotError, shown
-from ._batch_rules import BatchChecks
+from ._batch_rules import BatchChecks, refuse_replayed, replayed
 from ._batch_values import RESTORES, SAVES, Names, check_kinds
 
 __all__ = [
@@ -95,13 +94,10 @@ class SharedChecks(BatchChecks):
         tickets = [s.ticket for s in saves]
         self._check_shared_ids(seqs, slots, names, writes=True)
         held = self._held_shared(slots, pending)[1]
-        if any(map(eq, held, tickets)):
-            k = next(k for k, pair in enumerate(zip(tickets, held, strict=True)) if eq(*pair))
-            raise StaleSnapshotError(
-                f"refusing '{names.of(k)}' (seq {seqs[k]}, shared slot {slots[k]}, ticket "
-                f"{tickets[k]}), copying nothing: its shared slot already holds that ticket - "
-                f"a save applied twice"
-            )
+        if any(map(replayed, tickets, held)):
+            k = next(k for k, pair in enumerate(zip(tickets, held, strict=True)) if replayed(*pair))
+            where = f"seq {seqs[k]}, shared slot {slots[k]}"
+            raise refuse_replayed(names.of(k), where, tickets[k], held[k])
         return CheckedSharedSaves(seqs, slots, [s.length for s in saves], tickets)
 
     def check_shared_restores(
