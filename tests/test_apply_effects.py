@@ -14,6 +14,7 @@ from ssm_rollback import (
     SsmDecodeRing,
     SsmSnapshotRestore,
     SsmSnapshotSave,
+    SsmStateAccept,
     StaleSnapshotError,
     apply_effects,
     snapshot_boundary_if_ssm,
@@ -178,6 +179,28 @@ def test_slot_tags_refuse_writes_out_of_range_and_tag_nothing(
     assert [tags.stored_shared_ticket(slot) for slot in range(2)] == [None, None]
 
 
+def test_commit_accepts_never_lowers_a_rows_last_accept() -> None:
+    """``commit_accepts`` took a ticket older than the row's last, or a row twice with the
+    older ticket last: the row's mark went down, and rule 7 let the newer accept through
+    again (an accept applied twice moves the live state back)."""
+    tags = SlotTags(2, 1)
+    tags.commit_accepts([0], [900])
+    for rows, tickets, match in (
+        ([0], [5], r"'tickets\[0\]' must be newer than row 0's last accept \(ticket 900\)"),
+        ([0], [900], r"'tickets\[0\]' must be newer"),
+        ([1, 1], [901, 902], r"'rows' must name each row once .* rows\[0\] and rows\[1\]"),
+        ([1, 0], [903, 6], r"'tickets\[1\]' must be newer"),  # row 1 not recorded either
+    ):
+        with pytest.raises(InvalidArgumentError, match=match):
+            tags.commit_accepts(rows, tickets)
+    with pytest.raises(StaleSnapshotError, match="not newer than the last accept"):
+        tags.check_accepts([SsmStateAccept(0, 0, 900)])
+    assert tags.check_accepts([SsmStateAccept(1, 0, 1)]).tickets == [1]  # row 1: nothing held
+    tags.commit_accepts([0, 1], [901, None])  # an unticketed accept records nothing
+    with pytest.raises(StaleSnapshotError, match="ticket 901"):
+        tags.check_accepts([SsmStateAccept(0, 0, 901)])
+
+
 def test_slot_tags_on_their_own() -> None:
     tags = SlotTags(2, 3)
     assert (tags.num_sequences, tags.slots_per_sequence) == (2, 3)
@@ -217,3 +240,66 @@ def test_many_stale_restores_are_summarised() -> None:
     tags = SlotTags(8, 1)
     with pytest.raises(StaleSnapshotError, match=r"\(and 4 more\)"):
         tags.check_restores([Restore(seq, 0, 1, 1) for seq in range(8)])
+
+
+class _ProtocolPool:
+    """A pool of the protocol alone, over a fake one; ``sizes`` and ``outcome`` break it."""
+
+    def __init__(self, sizes: dict[str, object], outcome: bool = True) -> None:
+        self._inner = FakeSnapshotPool(1, 1)
+        self._outcome = outcome
+        for name, value in sizes.items():
+            setattr(self, name, value)
+
+    def save(self, saves: object) -> SaveOutcome | None:
+        outcome = self._inner.save(saves)  # type: ignore[arg-type]
+        return outcome if self._outcome else None
+
+    def restore(self, restores: object) -> None:
+        self._inner.restore(restores)  # type: ignore[arg-type]
+
+    def stored_position(self, seq: int, slot: int) -> int | None:
+        return self._inner.stored_position(seq, slot)
+
+    def stored_ticket(self, seq: int, slot: int) -> int | None:
+        return self._inner.stored_ticket(seq, slot)
+
+
+@pytest.mark.parametrize(
+    ("sizes", "match"),
+    [
+        ({"slots_per_sequence": 1}, "with a num_sequences attribute"),
+        ({"num_sequences": 1}, "with a slots_per_sequence attribute"),
+        (
+            {"num_sequences": 1, "slots_per_sequence": "1"},
+            "'pool.slots_per_sequence' must be an int",
+        ),
+        ({"num_sequences": True, "slots_per_sequence": 1}, "'pool.num_sequences' must be an int"),
+        ({"num_sequences": -1, "slots_per_sequence": 1}, "'pool.num_sequences' must be an int"),
+    ],
+)
+def test_a_protocol_pool_without_int_sizes_is_named_before_any_copy(
+    sizes: dict[str, object], match: str
+) -> None:
+    """A pool of the protocol alone without ``num_sequences`` raised AttributeError, one with a
+    str size TypeError, and a bool or negative size was used as it was."""
+    pool, ring = _ProtocolPool(sizes), SsmDecodeRing(1)
+    save = snapshot_boundary_if_ssm(
+        ring, seq=0, token_position=1, is_boundary=True, in_thinking=False
+    )
+    with pytest.raises(InvalidArgumentError, match=match):
+        apply_effects(pool, [save], [ring])  # type: ignore[arg-type, list-item]
+    assert pool._inner.save_calls == 0
+
+
+def test_a_protocol_pool_whose_save_returns_no_outcome_is_named() -> None:
+    """Its ``save`` returning ``None`` raised AttributeError from ``apply_effects``."""
+    from ssm_rollback import InvariantError
+
+    pool = _ProtocolPool({"num_sequences": 1, "slots_per_sequence": 1}, outcome=False)
+    ring = SsmDecodeRing(1)
+    save = snapshot_boundary_if_ssm(
+        ring, seq=0, token_position=1, is_boundary=True, in_thinking=False
+    )
+    with pytest.raises(InvariantError, match=r"the pool's save\(\) must return a SaveOutcome"):
+        apply_effects(pool, [save], [ring])  # type: ignore[arg-type, list-item]

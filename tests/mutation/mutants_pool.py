@@ -11,6 +11,7 @@ RUNS = "pool/_runs.py"
 RULES = "pool/_batch_rules.py"
 VALUES = "pool/_batch_values.py"
 TAGS = "pool/_slot_tags.py"
+TAGS_VIEW = "pool/_tags_view.py"
 BASE = "pool/_base.py"
 FAULTS = "pool/_faults.py"
 
@@ -296,8 +297,26 @@ POOL_MUTANTS: tuple[Mutant, ...] = (
     _p(
         "rules_save_again_unchecked",  # rule 6: a step's saves applied twice
         RULES,
-        "            and any(map(eq, self._held_tickets(seqs, slots, flat), tickets))\n",
+        "            and any(map(replayed, tickets, self._held_tickets(seqs, slots, flat)))\n",
         "            and False\n",
+    ),
+    _p(
+        "tags_commit_accepts_lowers_the_mark",  # rule 7 let an accept applied twice through
+        TAGS,
+        "            if ticket is not None and last is not None and ticket <= last:\n",
+        "            if ticket is not None and last is not None and ticket < last:\n",
+    ),
+    _p(
+        "tags_commit_accepts_row_twice_ok",
+        TAGS,
+        "            if first.setdefault(seq, k) != k:\n",
+        "            if False:\n",
+    ),
+    _p(
+        "rules_save_older_ticket_ok",  # an older step's save, applied after its slot was reused
+        RULES,
+        "    return held is not None and ticket <= held\n",
+        "    return held is not None and ticket == held\n",
     ),
     _p(
         "rules_may_hold_skipped",
@@ -426,13 +445,13 @@ POOL_MUTANTS: tuple[Mutant, ...] = (
     ),
     _p(
         "tags_view_positions_unread",
-        TAGS,
+        TAGS_VIEW,
         "[self._pool.stored_position(seq, slot) for seq, slot in pairs],",
         "[None for seq, slot in pairs],",
     ),
     _p(
         "tags_slot_index_row_bound_inclusive",
-        TAGS,
+        TAGS_VIEW,
         "if not 0 <= seq < self._rows:",
         "if not 0 <= seq <= self._rows:",
     ),

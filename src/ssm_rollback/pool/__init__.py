@@ -25,7 +25,13 @@ from typing import cast
 from .._core.effect_dict import Effect, SsmPrefixSave, SsmSnapshotSave
 from .._core.prefix import PrefixSnapshotIndex
 from .._core.ring import SsmDecodeRing
-from .._errors import InvalidArgumentError, InvalidArgumentTypeError, shown
+from .._errors import (
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    InvariantError,
+    check_non_negative_int,
+    shown,
+)
 from ._base import TaggedPool
 from ._batch_values import CheckedRestores, CheckedSaves
 from ._protocols import (
@@ -44,7 +50,8 @@ from ._shared_rules import (
     SharedChecks,
     check_rows_once,
 )
-from ._slot_tags import PoolTagsView, SlotTags
+from ._slot_tags import SlotTags
+from ._tags_view import PoolTagsView
 
 __all__ = [
     "Rings",
@@ -59,13 +66,21 @@ __all__ = [
 
 
 def _check_pool(pool: object) -> SnapshotPool:
-    """``pool`` as a ``SnapshotPool`` (its four methods callable); else raise naming it."""
+    """``pool`` as a ``SnapshotPool`` (its four methods callable, its two sizes ints >= 0);
+    else raise naming it."""
     for member in ("save", "restore", "stored_position", "stored_ticket"):
         if not callable(getattr(pool, member, None)):
             raise InvalidArgumentTypeError(
                 f"'pool' must be a SnapshotPool (with a {member}() method), got "
                 f"{type(pool).__name__}"
             )
+    for size in ("num_sequences", "slots_per_sequence"):
+        if not hasattr(pool, size):
+            raise InvalidArgumentTypeError(
+                f"'pool' must be a SnapshotPool (with a {size} attribute), got "
+                f"{type(pool).__name__}"
+            )
+        check_non_negative_int(f"pool.{size}", getattr(pool, size))
     return cast(SnapshotPool, pool)
 
 
@@ -125,7 +140,7 @@ def apply_effects(
             if tagged is not None:
                 lost = tagged._save_checked(batch, run.values())
             else:
-                lost = pool.save(run.batch(batch, checks.slots_per_sequence)).failed
+                lost = _outcome(pool.save(run.batch(batch, checks.slots_per_sequence))).failed
             for save in lost:
                 _forget(ring_for(save.seq), save)
             failed.extend(lost)
@@ -143,7 +158,7 @@ def apply_effects(
                 lost_shared = tagged._save_shared_checked(batch, run.shared_saves)
             else:
                 outcome = cast(SharedSnapshotPool, shared).save_shared(run.shared_saves)
-                lost_shared = outcome.failed_shared
+                lost_shared = _outcome(outcome, "save_shared").failed_shared
             for prefix_save in lost_shared:
                 _forget_prefix(prefix_index, prefix_save)
             failed_shared.extend(lost_shared)
@@ -273,6 +288,17 @@ def _staged_counts(
         # Its own count, exactly as its own save would check against.
         return lambda what: tagged._intermediate_count
     return lambda what: verify_buffers(pool, what).intermediate_count
+
+
+def _outcome(outcome: object, method: str = "save") -> SaveOutcome:
+    """What a third-party pool's ``save`` / ``save_shared`` returned, once it is a
+    ``SaveOutcome`` (its copies are done by now: a pool that breaks the protocol is named)."""
+    if not isinstance(outcome, SaveOutcome):
+        raise InvariantError(
+            f"the pool's {method}() must return a SaveOutcome (the SnapshotPool protocol), got "
+            f"{type(outcome).__name__}: its copies ran, but which saves failed is unknown"
+        )
+    return outcome
 
 
 def _forget(ring: SsmDecodeRing | None, save: SsmSnapshotSave) -> None:

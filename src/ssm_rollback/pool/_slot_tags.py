@@ -12,17 +12,16 @@ the record a third-party pool reports.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import cast, final
+from typing import final
 
 import attrs
 
 from .._core.columns import as_list, int_column, one_length
 from .._errors import InvalidArgumentError, check_non_negative_int, grouped, shown
 from ._batch_values import IndexTable
-from ._protocols import SharedSnapshotPool, SnapshotPool
 from ._shared_rules import SharedChecks, SharedHeld
 
-__all__ = ["PoolTagsView", "SlotIndex", "SlotTags"]
+__all__ = ["SlotTags"]
 
 
 def _num_sequences_arg(value: int) -> int:
@@ -160,14 +159,34 @@ class SlotTags(SharedChecks):
         self._commit(*_tag_columns(("flat", "positions"), len(self._positions), *columns))
 
     def commit_accepts(self, rows: Sequence[int], tickets: Sequence[int | None]) -> None:
-        """Record the tickets of accepts just copied: rule 7 refuses them, and older ones, again."""
+        """Record the tickets of accepts just copied: rule 7 refuses them, and older ones, again.
+
+        Each row at most once, each ticket newer than the row's last (what
+        ``check_accepts`` let through): a commit that would lower a row's
+        mark raises naming it, with nothing recorded.
+        """
         row_list = _indices("rows", rows, len(self._accepted_tickets))
         ticket_list = as_list("tickets", tickets, "ints >= 0 or None")[0]
-        for k, ticket in enumerate(ticket_list):
-            if ticket is not None:
-                check_non_negative_int(f"tickets[{k}]", ticket)
-        one_length({"rows": len(row_list), "tickets": len(ticket_list)})
-        self._commit_accepts(row_list, cast(list[int | None], ticket_list))
+        checked = [
+            None if ticket is None else check_non_negative_int(f"tickets[{k}]", ticket)
+            for k, ticket in enumerate(ticket_list)
+        ]
+        one_length({"rows": len(row_list), "tickets": len(checked)})
+        first: dict[int, int] = {}
+        for k, (seq, ticket) in enumerate(zip(row_list, checked, strict=True)):
+            if first.setdefault(seq, k) != k:
+                raise InvalidArgumentError(
+                    f"'rows' must name each row once (one accept per row per step), got row "
+                    f"{seq} at rows[{first[seq]}] and rows[{k}]"
+                )
+            last = self._accepted_tickets[seq]
+            if ticket is not None and last is not None and ticket <= last:
+                raise InvalidArgumentError(
+                    f"'tickets[{k}]' must be newer than row {seq}'s last accept (ticket "
+                    f"{last}), got {shown(ticket)}: rule 7 would then let that accept through "
+                    f"again"
+                )
+        self._commit_accepts(row_list, checked)
 
     def forget(self, flat: Sequence[int]) -> None:
         """Mark the slots at ``flat`` as holding nothing (a copy that raised half way)."""
@@ -279,55 +298,3 @@ class SlotTags(SharedChecks):
         # A batch whose tickets are all newer than any committed (every step the
         # library mints) cannot be one applied before: one C-speed min, no lookups.
         return min(tickets) <= self._newest_ticket
-
-
-@final
-class PoolTagsView(SharedChecks):
-    """Rules 1-6 over a third-party ``SnapshotPool``: its shape, and what its ``stored_*`` report.
-
-    ``apply_effects`` checks such a pool's batches with it, so a pool that
-    implements only the protocol is held to the same rules as ours.
-    """
-
-    def __init__(self, pool: SnapshotPool) -> None:
-        self._pool = pool
-        self._num_sequences = pool.num_sequences
-        self._slots_per_sequence = pool.slots_per_sequence
-        self._slot_index = SlotIndex(self._num_sequences, self._slots_per_sequence)
-
-    def _held(
-        self, seqs: list[int], slots: Sequence[int], flat: list[int]
-    ) -> tuple[list[int | None], list[int | None]]:
-        pairs = list(zip(seqs, slots, strict=True))
-        return (
-            [self._pool.stored_position(seq, slot) for seq, slot in pairs],
-            [self._pool.stored_ticket(seq, slot) for seq, slot in pairs],
-        )
-
-    @property
-    def shared_slots(self) -> int:
-        # Asked only once a step holds prefix effects, by then known a SharedSnapshotPool.
-        pool = cast(SharedSnapshotPool, self._pool)
-        return check_non_negative_int("pool.shared_slots", pool.shared_slots)
-
-    def _held_shared_now(self, slots: list[int]) -> SharedHeld:
-        stored = cast(SharedSnapshotPool, self._pool).stored_shared_ticket
-        return None, [stored(slot) for slot in slots]  # lengths: the protocol reports none
-
-
-class SlotIndex:
-    """``index[seq][slot]``: the flat index ``seq * slots_per_sequence + slot``, made on demand.
-
-    What ``BatchChecks`` looks ids up in where keeping a table would cost
-    more than it saves (a third-party pool's view lives for one call); an id
-    out of range raises ``IndexError``, as the table's would.
-    """
-
-    def __init__(self, num_sequences: int, slots_per_sequence: int) -> None:
-        self._rows = num_sequences
-        self._slots = slots_per_sequence
-
-    def __getitem__(self, seq: int, /) -> Sequence[int]:
-        if not 0 <= seq < self._rows:
-            raise IndexError(seq)
-        return range(seq * self._slots, (seq + 1) * self._slots)
