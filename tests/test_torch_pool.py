@@ -623,9 +623,10 @@ def test_a_verify_steps_op_count_does_not_grow_with_the_rows(index_ops: bool) ->
     pool = make_pool(case, states, 2, intermediate_states=staged)
     tensors = len(states)
 
-    def step(rows: list[int]) -> list[str]:
-        warm = [SsmSnapshotSave(s, 0, 5, 5, source=s % 4) for s in rows]
-        saves = [SsmSnapshotSave(s, 0, 5, 6, source=s % 4) for s in rows]  # a new step's tickets
+    def step(rows: list[int], ticket: int) -> list[str]:
+        # Each step's tickets newer than the last's: an older save is refused (rule 6).
+        warm = [SsmSnapshotSave(s, 0, 5, ticket, source=s % 4) for s in rows]
+        saves = [SsmSnapshotSave(s, 0, 5, ticket + 1, source=s % 4) for s in rows]
         accepts = [SsmStateAccept(s, (s + 1) % 4) for s in rows]
         pool.save(warm)  # warm: the row views (or the scratch buffer) made once
         pool.accept(accepts)
@@ -636,7 +637,7 @@ def test_a_verify_steps_op_count_does_not_grow_with_the_rows(index_ops: bool) ->
 
         return count_ops(verify)
 
-    two, many = step([3, 9]), step(list(range(0, 512, 3)))
+    two, many = step([3, 9], 5), step(list(range(0, 512, 3)), 7)
     assert len(two) == len(many)
     if index_ops:
         assert copies(many) <= 4 * tensors  # a gather and a scatter per tensor, per kind of copy
