@@ -15,6 +15,7 @@ from ssm_rollback import (
     InvalidArgumentError,
     PrefillPlan,
     PrefixEntry,
+    PrefixHold,
     PrefixSnapshotIndex,
     SsmPrefixRestore,
     SsmPrefixSave,
@@ -200,7 +201,7 @@ class PrefixIndexMachine(RuleBasedStateMachine):
     def start(self, capacity: int, eviction: str) -> None:
         self.index = PrefixSnapshotIndex(capacity, eviction=eviction)  # type: ignore[arg-type]
         self.ref = ReferenceIndex(capacity, eviction)
-        self.plans: list[tuple[PrefillPlan, list[_Ref]]] = []
+        self.plans: list[tuple[PrefillPlan | PrefixHold, list[_Ref]]] = []
         self.tickets: set[int] = set()
 
     @rule(tokens=TOKENS)
@@ -263,6 +264,15 @@ class PrefixIndexMachine(RuleBasedStateMachine):
         self.index.demote(entry)
         self.ref.demote(entry.slot)
 
+    @precondition(lambda self: len(self.index) > 0)
+    @rule(data=st.data())
+    def hold(self, data: st.DataObject) -> None:
+        """The application's pin (rule 6): released like a plan, never a use."""
+        entry = data.draw(st.sampled_from(self.index.entries()))
+        held = next(e for e in self.ref.entries if e.slot == entry.slot)
+        held.pins += 1
+        self.plans.append((self.index.hold(entry), [held]))
+
     @invariant()
     def agrees(self) -> None:
         if not hasattr(self, "index"):
@@ -307,6 +317,8 @@ def test_fifty_thousand_random_operations_agree_with_the_reference() -> None:
                 machine.discard(_Fixed([rng.choice(machine.index.entries())]))
             elif op < 0.9 and len(machine.index):
                 machine.demote(_Fixed([rng.choice(machine.index.entries())]))
+            elif op < 0.93 and len(machine.index):
+                machine.hold(_Fixed([rng.choice(machine.index.entries())]))
             else:
                 machine.match(tokens)
             machine.agrees()
@@ -349,6 +361,49 @@ def test_a_pinned_entry_is_never_evicted() -> None:
     assert index.publish(0, [7, 7, 7, 7], 2) is not None
     with pytest.raises(InvalidArgumentError, match="not yet released"):
         index.release(plan)
+
+
+def test_a_held_entry_is_never_evicted_until_its_hold_is_released() -> None:
+    """``hold`` pins an entry for the application (an agent's answer end while its tool runs):
+    placements evict others or are declined; the hold is released once, like a plan."""
+    index = PrefixSnapshotIndex(2, eviction="benefit")
+    index.publish(0, [1, 2, 3, 9], 3)
+    index.publish(0, [4, 5, 6, 9], 3)
+    older, newer = index.entries()
+    hold = index.hold(older)  # the least recently used: next to go, but held
+    assert isinstance(hold, PrefixHold)
+    assert hold.entry == older
+    assert index.publish(0, [7, 7, 7, 7], 2) is not None  # evicts the unheld one
+    assert older in index.entries()
+    assert newer not in index.entries()
+    second = index.hold(index.entries()[1])
+    assert index.publish(0, [8, 8, 8], 2) is None  # every slot held: declined, not forced
+    assert index.stats.declined == 1
+    index.check_valid()
+    index.release(hold)
+    assert index.publish(0, [8, 8, 8], 2) is not None
+    assert older not in index.entries()
+    for stale in (hold, attrs.evolve(second, entry=older)):  # released, or forged
+        with pytest.raises(
+            InvalidArgumentError, match="'plan' must be a PrefillPlan or PrefixHold"
+        ):
+            index.release(stale)
+    with pytest.raises(InvalidArgumentError, match="'entry' must be a live entry"):
+        index.hold(older)  # evicted: nothing to hold
+    index.discard(second.entry)  # a failed save: its pins are void, its hold still releases
+    index.release(second)
+    index.check_valid()
+
+
+def test_a_hold_is_not_a_use() -> None:
+    """Holding keeps the entry's place in the eviction order: released, it goes as before."""
+    index = PrefixSnapshotIndex(2)
+    index.publish(0, [1, 2, 9], 2)
+    index.publish(0, [3, 4, 9], 2)
+    older = index.entries()[0]
+    index.release(index.hold(older))
+    index.publish(0, [5, 6, 9], 2)
+    assert older not in index.entries()
 
 
 def test_a_discarded_entry_is_gone() -> None:
@@ -444,7 +499,9 @@ def test_a_plan_released_must_be_the_one_handed_out() -> None:
     index.publish(0, [1, 2, 3], 2)
     plan = index.plan_prefill(0, [1, 2, 3, 4], publish_at=[3])
     forged = attrs.evolve(plan, seq=99, hit=None, chunks=())
-    with pytest.raises(InvalidArgumentError, match="'plan' must be a PrefillPlan of this index"):
+    with pytest.raises(
+        InvalidArgumentError, match="'plan' must be a PrefillPlan or PrefixHold of this index"
+    ):
         index.release(forged)
     assert all(e.length in (2, 3) for e in index.entries())
     index.check_valid()

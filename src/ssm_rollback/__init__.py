@@ -23,6 +23,7 @@ from ._core.prefix import (
     PrefillPlan,
     PrefixEntry,
     PrefixHit,
+    PrefixHold,
     PrefixSnapshotIndex,
     PrefixStats,
 )
@@ -74,6 +75,7 @@ __all__ = [
     "PrefillPlan",
     "PrefixEntry",
     "PrefixHit",
+    "PrefixHold",
     "PrefixSnapshotIndex",
     "PrefixStats",
     "ReplaySegment",

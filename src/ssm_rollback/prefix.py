@@ -30,6 +30,7 @@ from ._core.prefix import (
     PrefillPlan,
     PrefixEntry,
     PrefixHit,
+    PrefixHold,
     PrefixSnapshotIndex,
     PrefixStats,
 )
@@ -48,6 +49,7 @@ __all__ = [
     "PrefillPlan",
     "PrefixEntry",
     "PrefixHit",
+    "PrefixHold",
     "PrefixSnapshotIndex",
     "PrefixStats",
     "app",

@@ -282,6 +282,39 @@ PREFIX_MUTANTS: tuple[Mutant, ...] = (
         "            elif True:",
         SESSIONS_TESTS,
     ),
+    _x(
+        "index_hold_pins_nothing",  # an agent's held answer end evicted while its tool ran
+        INDEX,
+        "        live.pins += 1\n        hold = PrefixHold(entry, mint_ticket())\n",
+        "        hold = PrefixHold(entry, mint_ticket())\n",
+    ),
+    _x(
+        "index_hold_is_a_use",
+        INDEX,
+        "        live.pins += 1\n        hold = PrefixHold(entry, mint_ticket())\n",
+        "        live.pins += 1\n        self._order.touch(live)\n        hold = PrefixHold(entry, mint_ticket())\n",
+    ),
+    mutant(
+        "sessions_agent_holds_nothing",
+        SESSIONS,
+        "        if request.resumes:  # the next request goes on from the end of the output\n",
+        "        if False:  # the next request goes on from the end of the output\n",
+        SESSIONS_TESTS,
+    ),
+    mutant(
+        "sessions_hold_never_released",
+        SESSIONS,
+        "        if hold is not None:\n            self._index.release(hold)\n",
+        "        if hold is not None:\n            pass\n",
+        SESSIONS_TESTS,
+    ),
+    mutant(
+        "trace_agent_resumes_after_its_last",
+        TRACE,
+        "ends_session=True, resumes=False)",
+        "ends_session=True)",
+        SESSIONS_TESTS,
+    ),
     mutant(
         "sessions_shared_ends_are_a_sessions_own",
         SESSIONS,

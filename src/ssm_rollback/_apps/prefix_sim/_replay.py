@@ -7,8 +7,10 @@ decoding ``publish``-es the rule's decode positions. Under the application's
 rules the application also demotes what it knows no request will hit
 (``_sessions``): before a request, the branches its search dropped; after
 it, what its session moved past, or all of the session's own entries once
-it is known to be over. Requests run one after another (one per scheduler
-step), the conservative case for the engine rules' step-end placement.
+it is known to be over. And it holds the end of an output its session
+will go on from (an agent's tool call) until the session's next request.
+Requests run one after another (one per scheduler step), the conservative
+case for the engine rules' step-end placement.
 
 Exactness is checked on a stand-in pool: the SSM state after a prefix is
 simulated as that prefix's token tuple. A save stores the state the
@@ -125,6 +127,7 @@ def replay(
     prompt_tokens = prefill_tokens = mismatches = demoted = 0
     for done, request in enumerate(trace, start=1):
         if sessions is not None:  # the application demotes the branches it dropped
+            sessions.resume(request)
             demoted += sessions.abandon(request)
         tokens = request.tokens()
         length = len(tokens)

@@ -19,6 +19,13 @@ the case
 
 Entries at shared message ends (system prompts, tool schemas: other
 sessions start there) are never a session's own.
+
+And they hold (``PrefixSnapshotIndex.hold``) the one entry the application
+knows its session's next request will hit: after a request that says the
+session goes on from its output (``Request.resumes``: an agent whose tool
+runs), the entry at that output's end, until the session's next request.
+No placement evicts it meanwhile; with every slot held, others are
+declined instead of evicting one another.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Final, final
 
-from ... import PrefixEntry, PrefixSnapshotIndex
+from ... import PrefixEntry, PrefixHold, PrefixSnapshotIndex
 from ._requests import Request, RequestKind
 
 __all__ = ["MOVES_ON", "SessionEntries"]
@@ -42,6 +49,13 @@ class SessionEntries:
     def __init__(self, index: PrefixSnapshotIndex) -> None:
         self._index = index
         self._own: dict[int, list[PrefixEntry]] = {}
+        self._held: dict[int, PrefixHold] = {}
+
+    def resume(self, request: Request) -> None:
+        """Before ``request``: release what its session held for it (its plan pins a hit)."""
+        hold = self._held.pop(request.session, None)
+        if hold is not None:
+            self._index.release(hold)
 
     def abandon(self, request: Request) -> int:
         """Before ``request``: demote its session's entries on the branches it says were
@@ -90,6 +104,10 @@ class SessionEntries:
             else:
                 kept.append(entry)
         kept += [e for e in placed if e in live and e.length not in shared]
+        if request.resumes:  # the next request goes on from the end of the output
+            end = self._index.match(tokens)
+            if end is not None and end.length == len(tokens) - 1:
+                self._held[request.session] = self._index.hold(end)
         if request.ends_session:  # nothing of it will be hit again
             for entry in kept:
                 self._index.demote(entry)

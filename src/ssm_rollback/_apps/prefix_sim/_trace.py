@@ -46,7 +46,8 @@ def generate(params: TraceParams) -> list[Request]:
 
     Where the application knows a session's end (an agent, a search), the
     session's last request says so (``Request.ends_session``); a chat's
-    never does.
+    never does. Every other request of an agent calls a tool, and says that
+    the session goes on from it (``Request.resumes``).
     """
     source = _Trace(params)
     trace = list(source.requests())
@@ -54,7 +55,7 @@ def generate(params: TraceParams) -> list[Request]:
         last = {request.session: i for i, request in enumerate(trace)}
         for session, i in last.items():
             if session in source.ended:
-                trace[i] = attrs.evolve(trace[i], ends_session=True)
+                trace[i] = attrs.evolve(trace[i], ends_session=True, resumes=False)
     return trace
 
 
@@ -133,10 +134,10 @@ class _Trace:
                 kind = "step"
             prompt = self.header(context)
             output = self.output()
-            yield Request(session, kind, prompt, output)
+            yield Request(session, kind, prompt, output, resumes=True)
             while self.rng.random() < p.regenerate_rate:
                 output = self.output()
-                yield Request(session, "retry", prompt, output)
+                yield Request(session, "retry", prompt, output, resumes=True)
             done = Segment.after(prompt, output, message=True)
             context = self.message(done, TOOL, p.tool_result_tokens or 1)
 

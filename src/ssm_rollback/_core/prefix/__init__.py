@@ -8,7 +8,14 @@ radix tree it matches with, ``_values`` what it hands out.
 from __future__ import annotations
 
 from ._index import EVICTIONS, MAX_CAPACITY, Eviction, PrefixSnapshotIndex
-from ._values import PrefillChunk, PrefillPlan, PrefixEntry, PrefixHit, PrefixStats
+from ._values import (
+    PrefillChunk,
+    PrefillPlan,
+    PrefixEntry,
+    PrefixHit,
+    PrefixHold,
+    PrefixStats,
+)
 
 __all__ = [
     "EVICTIONS",
@@ -18,6 +25,7 @@ __all__ = [
     "PrefillPlan",
     "PrefixEntry",
     "PrefixHit",
+    "PrefixHold",
     "PrefixSnapshotIndex",
     "PrefixStats",
 ]

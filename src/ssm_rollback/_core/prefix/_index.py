@@ -16,8 +16,9 @@ The rules, which every method cites:
    shared slot only when it holds exactly that ticket, so a slot reused for
    another prefix is never restored for the old one.
 6. **Pins.** A plan's hit, and every entry a plan publishes, is pinned
-   until ``release(plan)``; a pinned entry is never evicted by anyone
-   else. A plan may evict what it published itself for a later position
+   until ``release(plan)``, and an entry the application holds
+   (``hold(entry)``) until ``release(hold)``; a pinned entry is never
+   evicted by anyone else. A plan may evict what it published itself for a later position
    (the save of the earlier one is then left out; the later chunk's save
    overwrites the slot): a plan of more positions than slots keeps the
    ones the policy prefers, not the first few and a flood of declines.
@@ -82,7 +83,7 @@ from ..effects import SsmPrefixRestore, SsmPrefixSave
 from ..ring import mint_ticket
 from ._eviction import EVICTIONS, Eviction, EvictionOrder, Live
 from ._trie import Trie
-from ._values import PrefillChunk, PrefillPlan, PrefixEntry, PrefixHit, PrefixStats
+from ._values import PrefillChunk, PrefillPlan, PrefixEntry, PrefixHit, PrefixHold, PrefixStats
 
 __all__ = ["EVICTIONS", "MAX_CAPACITY", "Eviction", "PrefixSnapshotIndex"]
 
@@ -121,8 +122,10 @@ class PrefixSnapshotIndex:
     #: Slots freed since placed, popped lowest first; from ``_fresh`` on, slots never used.
     _free: list[int] = attrs.field(init=False, factory=list)
     _fresh: int = attrs.field(init=False, default=0)
-    #: The outstanding plans by ``pin``, and what each pinned.
-    _plans: dict[int, tuple[PrefillPlan, tuple[Live, ...]]] = attrs.field(init=False, factory=dict)
+    #: The outstanding plans and holds by ``pin``, and what each pinned.
+    _plans: dict[int, tuple[PrefillPlan | PrefixHold, tuple[Live, ...]]] = attrs.field(
+        init=False, factory=dict
+    )
     _order: EvictionOrder = attrs.field(init=False)  # rules 7 and 9
     _stats: dict[str, int] = attrs.field(init=False)
     #: The tickets of the entries that left lately, oldest first (``_left_lately``).
@@ -248,13 +251,29 @@ class PrefixSnapshotIndex:
         self._plans[plan.pin] = (plan, tuple(pinned))
         return plan
 
-    def release(self, plan: PrefillPlan) -> None:
-        """Unpin what ``plan`` pinned (rule 6): once, after its prefill has run."""
-        pin = plan.pin if type(plan) is PrefillPlan and type(plan.pin) is int else -1
+    def hold(self, entry: PrefixEntry) -> PrefixHold:
+        """Pin a live entry for the application until ``release(hold)`` (rule 6).
+
+        For a request the application knows will come and extend the entry
+        (an agent's next step, once its tool returns): no placement evicts
+        it meanwhile, so others are evicted or declined instead. Not a use:
+        the entry keeps its place in the eviction order.
+        """
+        live = self._live(entry)
+        live.pins += 1
+        hold = PrefixHold(entry, mint_ticket())
+        self._plans[hold.pin] = (hold, (live,))
+        return hold
+
+    def release(self, plan: PrefillPlan | PrefixHold) -> None:
+        """Unpin what ``plan`` (or a ``hold``) pinned (rule 6): once, after its prefill has run."""
+        handed = type(plan) is PrefillPlan or type(plan) is PrefixHold
+        pin = plan.pin if handed and type(plan.pin) is int else -1
         outstanding = self._plans.get(pin)
         if outstanding is None or outstanding[0] != plan:  # not one handed out, as handed out
             raise InvalidArgumentError(
-                f"'plan' must be a PrefillPlan of this index not yet released, got {shown(plan)}"
+                f"'plan' must be a PrefillPlan or PrefixHold of this index not yet released, "
+                f"got {shown(plan)}"
             )
         del self._plans[pin]
         for live in outstanding[1]:
@@ -316,7 +335,7 @@ class PrefixSnapshotIndex:
             if live.entry.slot in self._by_slot and self._by_slot[live.entry.slot] is live
         )
         if held != outstanding or any(live.pins < 0 for live in self._by_slot.values()):
-            raise InvariantError(f"{held} pins held, {outstanding} by unreleased plans")
+            raise InvariantError(f"{held} pins held, {outstanding} by unreleased plans and holds")
         self._order.check()
 
     # -- placement and eviction ------------------------------------------------------

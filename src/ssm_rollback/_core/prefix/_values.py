@@ -6,7 +6,7 @@ import attrs
 
 from ..effects import SsmPrefixRestore, SsmPrefixSave
 
-__all__ = ["PrefillChunk", "PrefillPlan", "PrefixEntry", "PrefixHit", "PrefixStats"]
+__all__ = ["PrefillChunk", "PrefillPlan", "PrefixEntry", "PrefixHit", "PrefixHold", "PrefixStats"]
 
 
 @attrs.frozen
@@ -58,6 +58,17 @@ class PrefillPlan:
     def saves(self) -> tuple[SsmPrefixSave, ...]:
         """The chunks' saves, in prompt order."""
         return tuple(chunk.save for chunk in self.chunks if chunk.save is not None)
+
+
+@attrs.frozen
+class PrefixHold:
+    """The application's pin on a live entry (``PrefixSnapshotIndex.hold``): until
+    ``release(hold)`` no placement evicts it - an agent holding its answer's end while its
+    tool runs, for the next step that extends it."""
+
+    entry: PrefixEntry
+    #: Which of the index's outstanding pins this is (for ``release``).
+    pin: int
 
 
 @attrs.frozen
