@@ -343,6 +343,10 @@ def test_a_save_batch_is_a_value_with_rows_and_a_dict_form() -> None:
         (([0], [-1], [1], [1]), r"'slots\[0\]' must be an int >= 0"),
         (([True], [0], [1], [1]), r"'seqs\[0\]' must be an int >= 0"),
         ((None, [0], [1], [1]), "'seqs' must be a sequence"),
+        # -1 (the live state) is a source: the message said ">= 0" for -2.
+        (([0], [0], [1], [1], [-2]), r"'sources\[0\]' must be an int >= -1, got -2"),
+        (([0], [0], [1], [1], [1.5]), r"'sources\[0\]' must be an int >= -1, got 1.5"),
+        (([0], [0], [1], [1], [True]), r"'sources\[0\]' must be an int >= -1, got True"),
     ],
 )
 def test_a_bad_save_batch_is_refused(columns: tuple[object, ...], message: str) -> None:

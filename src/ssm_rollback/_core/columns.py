@@ -95,9 +95,16 @@ def int_column(name: str, values: object, *, least: int = 0) -> list[int]:
     ):
         return cast(list[int], column)
     for i, value in enumerate(column):
-        if least < 0 and type(value) is int and least <= value < 0:
-            continue
-        check_non_negative_int(f"{name}[{i}]", value)
+        if least == 0:
+            check_non_negative_int(f"{name}[{i}]", value)
+        elif isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidArgumentTypeError(
+                f"'{name}[{i}]' must be an int >= {least}, got {describe(value)}"
+            )
+        elif value < least:
+            raise InvalidArgumentError(
+                f"'{name}[{i}]' must be an int >= {least}, got {shown(value)}"
+            )
     # Every element passed: some are int subclasses (an IntEnum), taken as their plain value
     # as a single int argument is.
     return [int(cast(int, value)) for value in column]
