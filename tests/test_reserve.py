@@ -144,21 +144,32 @@ def _cache_and_spec(model_type: str, dtype: str) -> tuple[int, SsmStateSpec]:
         model = model.to(getattr(torch, dtype))
         with torch.no_grad():
             cache = model(torch.randint(0, 128, (3, 5)), use_cache=True).cache
+            model(torch.randint(0, 128, (3, 1)), cache=cache, use_cache=True)  # and one decode
     held = HybridCacheSnapshotPool(cache, 1).torch_pool.live_states
     per_row = sum(t.numel() * t.element_size() for t in held) // 3
     return per_row, state_spec_from_hf_config(config.to_dict(), layout="transformers", dtype=dtype)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 @pytest.mark.parametrize("model_type", SUPPORTED_MODEL_TYPES)
-def test_transformers_layout_is_what_the_cache_holds(model_type: str) -> None:
-    per_row, spec = _cache_and_spec(model_type, "float32")
+def test_transformers_layout_is_what_the_cache_holds_in_every_dtype(
+    model_type: str, dtype: str
+) -> None:
+    # In half precision the cache keeps the scans' recurrent state in float32 (most types).
+    per_row, spec = _cache_and_spec(model_type, dtype)
     assert spec.bytes_per_snapshot == per_row
     assert spec.layout == "transformers"
 
 
-# The tiny models' bytes per sequence (hidden 64, 4 layers); the bfloat16 runs show the KDA and
-# OLMo-Hybrid recurrent states staying float32 in a bfloat16 model.
+# The tiny models' bytes per sequence (hidden 64, 4 layers); the bfloat16 runs show the
+# recurrent states staying float32 in a bfloat16 model.
 _TINY_BYTES = {
+    # 4 Mamba-2 layers: conv 64 + 2 x 16 = 96 channels x 4 columns, state 4 x 16 x 16
+    ("mamba2", "bfloat16"): 4 * (96 * 4 * 2 + 4 * 16 * 16 * 4),  # 19,456
+    # 4 Mamba-1 layers: conv 64 channels x 4 columns, state 64 x 16
+    ("mamba", "bfloat16"): 4 * (64 * 4 * 2 + 64 * 16 * 4),  # 18,432
+    # 3 gated delta-net layers, as OLMo-Hybrid's below
+    ("qwen3_next", "bfloat16"): 3 * (128 * 4 * 2 + 4 * 16 * 16 * 4),  # 15,360
     # 3 KDA layers: conv 3 x 4 heads x 16 = 192 channels x 4 columns, state 4 x 16 x 16
     ("kimi_linear", "float32"): 3 * (192 * 4 + 4 * 16 * 16) * 4,  # 21,504
     ("kimi_linear", "bfloat16"): 3 * (192 * 4 * 2 + 4 * 16 * 16 * 4),  # 16,896
@@ -173,10 +184,29 @@ _TINY_BYTES = {
 
 
 @pytest.mark.parametrize(("model_type", "dtype"), sorted(_TINY_BYTES))
-def test_new_hybrids_transformers_layout_in_both_dtypes(model_type: str, dtype: str) -> None:
+def test_tiny_transformers_layout_bytes_by_hand(model_type: str, dtype: str) -> None:
     per_row, spec = _cache_and_spec(model_type, dtype)
     assert per_row == _TINY_BYTES[model_type, dtype]
     assert spec.bytes_per_snapshot == per_row
+
+
+def test_transformers_layout_keeps_the_scan_state_in_float32_in_half_precision() -> None:
+    # Without torch: what the cache test above measures, for the full-size configs. The conv
+    # window follows the model dtype; the scan's state is float32 unless ssm_dtype says not.
+    hf = state_spec_from_hf_config(shipped_config("nemotron-h-8b"), layout="transformers")
+    assert hf.bytes_per_snapshot == 24 * (10_240 * 4 * BF16 + 128 * 64 * 128 * FP32)
+    for name in SHIPPED_MODELS:
+        for dtype in ("bfloat16", "float16"):
+            spec = state_spec_from_hf_config(
+                shipped_config(name), layout="transformers", dtype=dtype
+            )
+            conv, state = spec.layers[0].tensors
+            assert (conv.dtype, state.dtype) == (dtype, "float32"), name
+            assert state.dtype_rule.startswith("transformers: the "), name
+        told = state_spec_from_hf_config(
+            shipped_config(name), layout="transformers", ssm_dtype="bfloat16"
+        )
+        assert told.layers[0].tensors[1].dtype == "bfloat16"
 
 
 # -- reading configs ----------------------------------------------------------------------

@@ -49,7 +49,8 @@ def state_dtypes(
         return _sglang(f, model, conv_dtype, ssm_dtype)
     fixed = model.float32_state.get(layout)
     if layout == "transformers":
-        # transformers caches hold the model's dtype; it reads no cache-dtype field.
+        # transformers reads no cache-dtype field: the conv window is in the model's dtype, the
+        # recurrent state in what the model type's scan hands the cache (float32_state).
         model_dtype = _model_dtype(f, dtype, layout)
         conv = _given(conv_dtype, "conv_dtype") or model_dtype
         state = ("float32", fixed) if fixed else model_dtype

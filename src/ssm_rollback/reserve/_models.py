@@ -53,7 +53,8 @@ class ModelType:
     sglang: Literal["config", "default"] | None = "default"
     #: vLLM's own layer rule where it differs from the config's pattern (Bailing's tail).
     vllm_layers: Callable[[Fields], list[int]] | None = None
-    #: Layout -> why the recurrent state is float32 whatever the model dtype (KDA).
+    #: Layout -> why the recurrent state is float32 whatever the model dtype (KDA; in
+    #: ``transformers`` every scan but the short conv's and ZAYA's).
     float32_state: Mapping[str, str] = attrs.field(factory=dict)
     #: ``"<layout>"`` or ``"<layout>+speculative"`` -> why that layout is not sized.
     refusals: Mapping[str, str] = attrs.field(factory=dict)
@@ -70,31 +71,62 @@ _KDA_FLOAT32: Final[Mapping[str, str]] = {
     "vllm": "vLLM kda_state_dtype: the KDA recurrent state is float32",
     "transformers": "transformers: the KDA layer caches its recurrent state as float32",
 }
+# transformers' linear-attention cache allocates each state lazily in the dtype of the first
+# tensor a layer hands it. The conv window is the model's activations; the scans compute in
+# float32 and hand their state over uncast: the PyTorch paths (measured, transformers 5.25)
+# and the kernels they stand in for (mamba_ssm's selective_scan_fn and
+# mamba_chunk_scan_combined, flash-linear-attention's gated delta rule) alike.
+_HF_MAMBA1_FLOAT32: Final[Mapping[str, str]] = {
+    "transformers": "transformers: the Mamba selective scan caches a float32 state"
+}
+_HF_MAMBA2_FLOAT32: Final[Mapping[str, str]] = {
+    "transformers": "transformers: the Mamba-2 chunked scan caches a float32 state"
+}
+_HF_GDN_FLOAT32: Final[Mapping[str, str]] = {
+    "transformers": "transformers: the gated delta rule caches a float32 state"
+}
 _SGLANG_KDA_DRAFTS: Final = (
     "SGLang's KDA pool keeps its speculative conv windows undeduplicated "
     "(disable_conv_window_dedup); those buffers are not sized here"
 )
 
 MODEL_TYPES: Final[Mapping[str, ModelType]] = {
-    "mamba": ModelType("mamba1", _mamba_layers),
-    "falcon_mamba": ModelType("mamba1", all_layers),
-    "jamba": ModelType("mamba1", jamba_layers, sglang=None),
-    "mamba2": ModelType("mamba2", _mamba_layers),
-    "bamba": ModelType("mamba2", bamba_layers, sglang=None),
+    "mamba": ModelType("mamba1", _mamba_layers, float32_state=_HF_MAMBA1_FLOAT32),
+    "falcon_mamba": ModelType("mamba1", all_layers, float32_state=_HF_MAMBA1_FLOAT32),
+    "jamba": ModelType("mamba1", jamba_layers, sglang=None, float32_state=_HF_MAMBA1_FLOAT32),
+    "mamba2": ModelType("mamba2", _mamba_layers, float32_state=_HF_MAMBA2_FLOAT32),
+    "bamba": ModelType("mamba2", bamba_layers, sglang=None, float32_state=_HF_MAMBA2_FLOAT32),
     "nemotron_h": ModelType(
-        "mamba2", nemotron_layers, "heads", "mamba_ssm_cache_dtype", sglang="config"
+        "mamba2",
+        nemotron_layers,
+        "heads",
+        "mamba_ssm_cache_dtype",
+        sglang="config",
+        float32_state=_HF_MAMBA2_FLOAT32,
     ),
     # attention and Mamba-2 side by side in every layer
-    "falcon_h1": ModelType("mamba2", all_layers, "d_ssm", sglang="config"),
-    "granitemoehybrid": ModelType("mamba2", granite_layers),
+    "falcon_h1": ModelType(
+        "mamba2", all_layers, "d_ssm", sglang="config", float32_state=_HF_MAMBA2_FLOAT32
+    ),
+    "granitemoehybrid": ModelType("mamba2", granite_layers, float32_state=_HF_MAMBA2_FLOAT32),
     # every Zamba2 layer has a Mamba-2 mixer; "hybrid" layers add the shared attention
-    "zamba2": ModelType("mamba2", all_layers, sglang=None),
-    "qwen3_next": ModelType("gated_delta_net", qwen3_next_layers, sglang="config"),
+    "zamba2": ModelType("mamba2", all_layers, sglang=None, float32_state=_HF_MAMBA2_FLOAT32),
+    "qwen3_next": ModelType(
+        "gated_delta_net", qwen3_next_layers, sglang="config", float32_state=_HF_GDN_FLOAT32
+    ),
     "qwen3_5_text": ModelType(
-        "gated_delta_net", qwen3_next_layers, vllm_ssm_field="mamba_ssm_dtype", sglang="config"
+        "gated_delta_net",
+        qwen3_next_layers,
+        vllm_ssm_field="mamba_ssm_dtype",
+        sglang="config",
+        float32_state=_HF_GDN_FLOAT32,
     ),
     "qwen3_5_moe_text": ModelType(
-        "gated_delta_net", qwen3_next_layers, vllm_ssm_field="mamba_ssm_dtype", sglang="config"
+        "gated_delta_net",
+        qwen3_next_layers,
+        vllm_ssm_field="mamba_ssm_dtype",
+        sglang="config",
+        float32_state=_HF_GDN_FLOAT32,
     ),
     "lfm2": ModelType("short_conv", lfm2_layers, sglang="config"),
     "lfm2_moe": ModelType("short_conv", lfm2_layers),
@@ -104,11 +136,7 @@ MODEL_TYPES: Final[Mapping[str, ModelType]] = {
         "gated_delta_net",
         olmo_hybrid_layers,
         sglang=None,
-        # Measured on transformers 5.24's PyTorch gated delta rule (no flash-linear-attention
-        # installed), which computes in float32 and caches that state uncast.
-        float32_state={
-            "transformers": "transformers: OLMo-Hybrid's gated delta rule caches a float32 state"
-        },
+        float32_state=_HF_GDN_FLOAT32,
     ),
     "kimi_linear": ModelType(
         "kimi_delta_attention",
