@@ -47,6 +47,44 @@ def test_falcon_h1_without_a_head_size_takes_auto_as_transformers_does() -> None
     assert spec.layers[0].tensors[1].shape == (24, 128, 256)
 
 
+_LFM2 = {"model_type": "lfm2", "hidden_size": 64, "num_hidden_layers": 4, "conv_L_cache": 3}
+
+
+def test_lfm2_without_a_pattern_is_all_attention_as_lfm2config_makes_it() -> None:
+    # Lfm2Config: full_attn_idxs defaults to every layer, so no conv layer holds a state.
+    with pytest.raises(InvalidArgumentError, match=r"no SSM layers \(lfm2\)"):
+        state_spec_from_hf_config(_LFM2)
+    every_conv = state_spec_from_hf_config({**_LFM2, "full_attn_idxs": []})
+    assert [layer.index for layer in every_conv.layers] == [0, 1, 2, 3]
+    some = state_spec_from_hf_config({**_LFM2, "full_attn_idxs": [1, 3]})
+    assert [layer.index for layer in some.layers] == [0, 2]
+
+
+def test_lfm2_moe_without_layer_types_is_refused_by_name() -> None:
+    # Lfm2MoeConfig has no default pattern (its model cannot be built) and no full_attn_idxs.
+    for extra in ({}, {"full_attn_idxs": [1]}):
+        config = {**_LFM2, "model_type": "lfm2_moe", **extra}
+        with pytest.raises(InvalidArgumentError, match="'layer_types' is missing"):
+            state_spec_from_hf_config(config)
+
+
+def test_lfm2_layers_agree_with_lfm2config() -> None:
+    pytest.importorskip("transformers")
+    from transformers import Lfm2Config
+
+    for extra in ({}, {"full_attn_idxs": []}, {"full_attn_idxs": [0, 2]}):
+        raw = {**_LFM2, **extra}
+        made = Lfm2Config(**{k: v for k, v in raw.items() if k != "model_type"})
+        conv = [i for i, kind in enumerate(made.layer_types) if kind == "conv"]
+        try:
+            sized = [layer.index for layer in state_spec_from_hf_config(raw).layers]
+        except InvalidArgumentError:
+            sized = []
+        assert sized == conv, extra
+        if conv:
+            assert state_spec_from_hf_config(made.to_dict()) == state_spec_from_hf_config(raw)
+
+
 def test_a_vl_config_is_sized_by_its_text_config() -> None:
     text = {k: v for k, v in shipped_config("nemotron-h-8b").items() if k != "torch_dtype"}
     vl = {"model_type": "NemotronH_Nano_VL_V2", "torch_dtype": "bfloat16", "text_config": text}

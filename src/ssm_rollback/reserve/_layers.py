@@ -181,6 +181,13 @@ def lfm2_layers(f: Fields) -> list[int]:
     layers = _from_pattern(f, "layer_types")
     if layers is not None:
         return layers
+    if f.model_type == "lfm2_moe":  # Lfm2MoeConfig has no default pattern, nor full_attn_idxs
+        raise InvalidArgumentError(
+            f"config field 'layer_types' is missing ({f.model_type} needs it)"
+        )
+    if f.list("full_attn_idxs") is None:
+        # Lfm2Config's default full_attn_idxs is every layer: no conv layer at all.
+        return []
     attention = _layer_indices(f, "full_attn_idxs")
     return [i for i in all_layers(f) if i not in attention]
 
