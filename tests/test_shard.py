@@ -64,6 +64,83 @@ def test_each_ranks_shard_is_its_own_slice_of_each_segment(
         assert shard[0].tolist() == want, rank
 
 
+# Kimi-Linear: 4 KDA heads of 2 channels; its conv state packs q, k and v (8 channels each).
+_KIMI: dict[str, object] = {
+    "model_type": "kimi_linear",
+    "num_hidden_layers": 2,
+    "layer_types": ["linear_attention", "full_attention"],
+    "linear_num_heads": 4,
+    "linear_head_dim": 2,
+    "linear_conv_kernel_dim": 4,
+}
+
+
+@pytest.mark.parametrize("tp_size", [2, 4])
+def test_a_kda_conv_shard_is_the_ranks_heads_of_q_k_and_v_each(tp_size: int) -> None:
+    """vLLM splits q, k and v by heads and packs them per rank: rank r holds its share of
+    each of the three convs, not one run of the packed channels."""
+    full = torch.arange(24).reshape(24, 1)
+    width = 8 // tp_size
+    for rank in range(tp_size):
+        shard = shard_of(full, _KIMI, tensor="conv", rank=rank, tp_size=tp_size, dim=0)
+        want = [
+            c for part in (0, 8, 16) for c in range(part + rank * width, part + (rank + 1) * width)
+        ]
+        assert shard[:, 0].tolist() == want, rank
+
+
+_ZAYA: dict[str, object] = {
+    "model_type": "zaya",
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 4,
+    "cca_time0": 2,
+    "cca_time1": 2,
+}
+
+
+@pytest.mark.parametrize("tensor", ["conv", "delayed_value"])
+def test_a_replicated_state_is_whole_on_every_rank(tensor: str) -> None:
+    """ZAYA's CCA state is replicated (sizing gives every rank all of it): each shard is the
+    whole tensor, where shard_of split it and then raised an internal error."""
+    one_rank = {t.name: t.shape for t in state_spec_from_hf_config(_ZAYA).layers[0].tensors}
+    full = torch.arange(3 * one_rank[tensor][0]).reshape(3, one_rank[tensor][0])
+    for rank in range(2):
+        shard = shard_of(full, _ZAYA, tensor=tensor, rank=rank, tp_size=2, dim=1)
+        assert torch.equal(shard, full)
+
+
+@pytest.mark.parametrize("tp_size", [2, 4])
+def test_every_model_types_shards_have_the_per_rank_shapes_sizing_gives(tp_size: int) -> None:
+    """Each rank's shard of each state tensor has the shape sizing gives at tp_size, and the
+    ranks' shards of a split tensor hold each channel once."""
+    pytest.importorskip("transformers")
+    from ssm_rollback.reserve import SUPPORTED_MODEL_TYPES
+    from ssm_rollback.testing import tiny_config
+
+    for model_type in SUPPORTED_MODEL_TYPES:
+        config = tiny_config(model_type).to_dict()
+        if config.get("layer_types") is None:  # Lfm2MoeConfig has no default pattern
+            config["layer_types"] = ["conv", "full_attention", "conv", "conv"]
+        try:
+            per_rank = state_spec_from_hf_config(config, tp_size=tp_size).layers[0].tensors
+        except InvalidArgumentError:
+            continue  # the tiny config's heads do not divide by tp_size
+        for one, mine in zip(
+            state_spec_from_hf_config(config).layers[0].tensors, per_rank, strict=True
+        ):
+            full = torch.arange(one.shape[0]).reshape(one.shape[0], 1)
+            shards = [
+                shard_of(full, config, tensor=one.name, rank=r, tp_size=tp_size, dim=0)
+                for r in range(tp_size)
+            ]
+            assert all(s.shape[0] == mine.shape[0] for s in shards), (model_type, one.name)
+            held = sorted(c for s in shards for c in s[:, 0].tolist())
+            if mine.shape[0] * tp_size == one.shape[0]:  # split, not replicated
+                assert held == list(range(one.shape[0])), (model_type, one.name)
+
+
 @pytest.mark.parametrize("rank", [-1, 4, 5])
 def test_a_shard_of_a_rank_outside_the_group_is_refused_naming_it(rank: int) -> None:
     full = torch.zeros(1, 72)

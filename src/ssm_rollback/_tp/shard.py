@@ -37,6 +37,7 @@ class _Segment:
 
     size: int
     groups: int = 0  # > 0: ``groups`` groups, replicated when they do not divide tp_size
+    whole: bool = False  # every rank holds all of it (a replicated state)
 
 
 def _segments(config: Config, tensor: str) -> tuple[str, list[_Segment]]:
@@ -52,6 +53,9 @@ def _segments(config: Config, tensor: str) -> tuple[str, list[_Segment]]:
             f"'tensor' must be one of {sorted(shapes)} ({spec.model_type}), got {shown(tensor)}"
         )
     channels = shapes[tensor][0]
+    if layer.kind == "compressed_conv_attention":
+        # ZAYA's CCA projections are ReplicatedLinear in vLLM: sizing gives every rank it all.
+        return layer.kind, [_Segment(channels, whole=True)]
     if layer.kind == "mamba2" and tensor == "conv":
         groups = fields.int(*MAMBA2_GROUPS)
         state = shapes["ssm"][2]
@@ -62,6 +66,10 @@ def _segments(config: Config, tensor: str) -> tuple[str, list[_Segment]]:
         heads, key_dim, value_dim = shapes["recurrent"]
         keys = fields.int("linear_num_key_heads") * key_dim
         return layer.kind, [_Segment(keys), _Segment(keys), _Segment(heads * value_dim)]
+    if layer.kind == "kimi_delta_attention" and tensor == "conv":
+        # q, k and v: three convs packed in one state, each split by heads (vLLM's fused
+        # conv1d weight loader and its conv_state.split(local_projection_size))
+        return layer.kind, [_Segment(channels // 3)] * 3
     return layer.kind, [_Segment(channels)]
 
 
@@ -70,7 +78,9 @@ def _slices(segments: list[_Segment], rank: int, tp: int) -> list[tuple[int, int
     out = []
     start = 0
     for seg in segments:
-        if seg.groups and seg.groups % tp:
+        if seg.whole:
+            out.append((start, start + seg.size))
+        elif seg.groups and seg.groups % tp:
             if tp % seg.groups:
                 raise InvalidArgumentError(
                     f"'tp_size' {tp} must be a multiple of the {seg.groups} groups when they do "
@@ -93,9 +103,12 @@ def shard_of(
 
     ``tensor`` names the state (``"conv"``, ``"ssm"``, ``"recurrent"``, as in
     ``state_spec_from_hf_config``) and ``dim`` is ``full``'s channel (or head)
-    dim. Heads and channels split evenly; a Mamba-2 conv state's ``B`` and
-    ``C`` groups split with them, or are replicated (the group of the rank's
-    heads) when they do not divide ``tp_size``. Returns a new tensor.
+    dim. Heads and channels split evenly, each block of a packed conv state on
+    its own (Mamba-2's ``x``, ``B``, ``C``; a gated delta-net's or KDA's
+    ``q``, ``k``, ``v``); Mamba-2's ``B`` and ``C`` groups are replicated (the
+    group of the rank's heads) when they do not divide ``tp_size``, and a
+    state vLLM replicates (ZAYA's) is whole on every rank. Returns a new
+    tensor.
     """
     tp = check_non_negative_int("tp_size", tp_size)
     rank = check_non_negative_int("rank", rank)
