@@ -8,7 +8,7 @@ names the config field or argument, what was expected and what was given.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import attrs
@@ -400,6 +400,44 @@ def test_a_spec_cannot_describe_zero_or_negative_bytes() -> None:
         SsmLayerSpec(0, "mamba2", ())
     with pytest.raises(InvalidArgumentError, match="'layers' must be"):
         SsmStateSpec("mamba2", "engine", 1, 4, ())
+
+
+_TENSOR = StateTensorSpec("conv", (8, 3), "bfloat16")
+_LAYER = SsmLayerSpec(0, "mamba2", (_TENSOR,))
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        # Each was taken, and failed later with an AttributeError (or sized nonsense).
+        (lambda: SsmStateSpec("m", "vllm", 1, 1, (1,)), r"'layers' must be .*got 1 of type int"),
+        (lambda: SsmLayerSpec(0, "mamba2", ("a",)), r"'tensors' must be .*got 'a' of type str"),
+        (lambda: SsmLayerSpec(0, "mamba2", (_TENSOR,), ("a",)), r"'speculative' must be a tuple"),
+        (lambda: SsmLayerSpec(0, "mamba2", (_TENSOR,), [_TENSOR]), r"'speculative' must be"),
+        (lambda: SsmStateSpec("m", "vllm", 0, 1, (_LAYER,)), r"'tp_size' must be an int >= 1"),
+        (lambda: SsmStateSpec("m", "vllm", True, 1, (_LAYER,)), r"'tp_size' must be an int"),
+        (lambda: SsmStateSpec("m", "vllm", 1, -5, (_LAYER,)), r"'num_layers' must be an int >= 1"),
+        (lambda: SsmStateSpec("m", "bogus", 1, 1, (_LAYER,)), r"'layout' must be one of .*'bogus'"),
+        (lambda: SsmStateSpec(None, "vllm", 1, 1, (_LAYER,)), r"'model_type' must be a str"),
+        (
+            lambda: SsmStateSpec("m", "vllm", 1, 1, (_LAYER,), num_speculative_tokens=-1),
+            r"'num_speculative_tokens' must be an int >= 0",
+        ),
+        (
+            lambda: SsmStateSpec("m", "vllm", 1, 1, (attrs.evolve(_LAYER, index=1),)),
+            r"'layers' must hold layer indices in \[0, num_layers 1\), got index 1",
+        ),
+        (lambda: SsmLayerSpec(-1, "mamba2", (_TENSOR,)), r"'index' must be an int >= 0"),
+        (lambda: SsmLayerSpec(0, "mamba3", (_TENSOR,)), r"'kind' must be one of .*'mamba3'"),
+        (lambda: StateTensorSpec(None, (8, 3), "bfloat16"), r"'name' must be a str"),
+        (lambda: StateTensorSpec("c", (8, 3), "bfloat16", 1), r"'dtype_rule' must be a str"),
+    ],
+)
+def test_a_hand_built_spec_is_checked_at_construction_naming_the_field(
+    build: Callable[[], object], message: str
+) -> None:
+    with pytest.raises(InvalidArgumentError, match=message):
+        build()
 
 
 # -- the depth policy's arguments ------------------------------------------------------------------

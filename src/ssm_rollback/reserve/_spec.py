@@ -1,18 +1,20 @@
 """What one sequence's recurrent state is made of: tensors, layers, the whole spec.
 
-The validators make a spec of zero or negative bytes impossible to build, so
-every consumer may divide by ``bytes_per_snapshot``; sizing refuses one past
+The validators make a spec of zero or negative bytes, or one whose parts are
+not what its fields say (a layer that is not an ``SsmLayerSpec``, a
+``tp_size`` of 0), impossible to build, so every consumer may divide by
+``bytes_per_snapshot`` and read its fields unchecked; sizing refuses one past
 ``MAX_BYTES`` per sequence (``oversized``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Final, Literal, TypeAlias
+from collections.abc import Callable, Mapping
+from typing import Final, Literal, TypeAlias, TypeVar, get_args
 
 import attrs
 
-from .._errors import InvalidArgumentError, shown
+from .._errors import InvalidArgumentError, InvalidArgumentTypeError, describe, shown
 
 __all__ = [
     "DTYPE_BYTES",
@@ -36,6 +38,8 @@ LayerKind: TypeAlias = Literal[
     "short_conv",
     "compressed_conv_attention",
 ]
+
+_T = TypeVar("_T")
 
 #: No machine holds more than this (1 PiB) for one sequence: a larger byte count, or a
 #: larger size in a config, is a typo or a hostile file, not a plan.
@@ -70,13 +74,54 @@ def _check_dtype(_: object, attribute: attrs.Attribute[str], value: object) -> N
         )
 
 
-def _check_non_empty(
-    _: object, attribute: attrs.Attribute[tuple[object, ...]], value: object
-) -> None:
-    if not isinstance(value, tuple) or not value:
-        raise InvalidArgumentError(
-            f"'{attribute.name}' must be a non-empty tuple, got {shown(value)}"
+def _check_text(_: object, attribute: attrs.Attribute[str], value: object) -> None:
+    if not isinstance(value, str):
+        raise InvalidArgumentTypeError(
+            f"'{attribute.name}' must be a str, got {shown(value)} of type {type(value).__name__}"
         )
+
+
+def _int_at_least(minimum: int) -> Callable[[object, attrs.Attribute[int], object], None]:
+    def check(_: object, attribute: attrs.Attribute[int], value: object) -> None:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidArgumentTypeError(
+                f"'{attribute.name}' must be an int >= {minimum}, got {describe(value)}"
+            )
+        if value < minimum:
+            raise InvalidArgumentError(
+                f"'{attribute.name}' must be an int >= {minimum}, got {shown(value)}"
+            )
+
+    return check
+
+
+def _one_of(choices: tuple[str, ...]) -> Callable[[object, attrs.Attribute[str], object], None]:
+    def check(_: object, attribute: attrs.Attribute[str], value: object) -> None:
+        if not isinstance(value, str) or value not in choices:
+            raise InvalidArgumentError(
+                f"'{attribute.name}' must be one of {', '.join(map(repr, choices))}, "
+                f"got {shown(value)}"
+            )
+
+    return check
+
+
+def _tuple_of(
+    kind: type[_T], *, empty: bool = False
+) -> Callable[[object, attrs.Attribute[tuple[_T, ...]], object], None]:
+    what = f"a {'' if empty else 'non-empty '}tuple of {kind.__name__}"
+
+    def check(_: object, attribute: attrs.Attribute[tuple[_T, ...]], value: object) -> None:
+        if not isinstance(value, tuple) or not (value or empty):
+            raise InvalidArgumentError(f"'{attribute.name}' must be {what}, got {shown(value)}")
+        for item in value:
+            if not isinstance(item, kind):
+                raise InvalidArgumentTypeError(
+                    f"'{attribute.name}' must be {what}, got {shown(item)} of type "
+                    f"{type(item).__name__} in it"
+                )
+
+    return check
 
 
 @attrs.frozen
@@ -87,10 +132,10 @@ class StateTensorSpec:
     field, an engine default), so a surprising figure can be traced.
     """
 
-    name: str
+    name: str = attrs.field(validator=_check_text)
     shape: tuple[int, ...] = attrs.field(validator=_check_shape)
     dtype: str = attrs.field(validator=_check_dtype)
-    dtype_rule: str = ""
+    dtype_rule: str = attrs.field(default="", validator=_check_text)
 
     @property
     def nbytes(self) -> int:
@@ -105,11 +150,13 @@ class StateTensorSpec:
 class SsmLayerSpec:
     """The recurrent state of one SSM layer, and what speculative decoding adds to it."""
 
-    index: int
-    kind: LayerKind
-    tensors: tuple[StateTensorSpec, ...] = attrs.field(validator=_check_non_empty)
+    index: int = attrs.field(validator=_int_at_least(0))
+    kind: LayerKind = attrs.field(validator=_one_of(get_args(LayerKind)))
+    tensors: tuple[StateTensorSpec, ...] = attrs.field(validator=_tuple_of(StateTensorSpec))
     #: The engine's extra buffers for speculative decoding; empty without draft tokens.
-    speculative: tuple[StateTensorSpec, ...] = ()
+    speculative: tuple[StateTensorSpec, ...] = attrs.field(
+        default=(), validator=_tuple_of(StateTensorSpec, empty=True)
+    )
 
     @property
     def nbytes(self) -> int:
@@ -126,13 +173,23 @@ class SsmLayerSpec:
 class SsmStateSpec:
     """Every SSM layer's state tensors per sequence, and what one snapshot slot costs."""
 
-    model_type: str
-    layout: Layout
-    tp_size: int
-    num_layers: int
-    layers: tuple[SsmLayerSpec, ...] = attrs.field(validator=_check_non_empty)
+    model_type: str = attrs.field(validator=_check_text)
+    layout: Layout = attrs.field(validator=_one_of(get_args(Layout)))
+    tp_size: int = attrs.field(validator=_int_at_least(1))
+    num_layers: int = attrs.field(validator=_int_at_least(1))
+    layers: tuple[SsmLayerSpec, ...] = attrs.field(validator=_tuple_of(SsmLayerSpec))
     #: Draft tokens per verify step the speculative buffers are sized for.
-    num_speculative_tokens: int = 0
+    num_speculative_tokens: int = attrs.field(default=0, validator=_int_at_least(0))
+
+    @layers.validator
+    def _check_indices(self, _: attrs.Attribute[tuple[SsmLayerSpec, ...]], value: object) -> None:
+        # Runs after the fields' own checks: num_layers is an int >= 1, layers SsmLayerSpecs.
+        for layer in self.layers:
+            if layer.index >= self.num_layers:
+                raise InvalidArgumentError(
+                    f"'layers' must hold layer indices in [0, num_layers {self.num_layers}), "
+                    f"got index {layer.index}"
+                )
 
     @property
     def bytes_per_snapshot(self) -> int:
