@@ -415,3 +415,29 @@ def test_a_file_name_that_is_not_utf8_prints_escaped(tmp_path: Path) -> None:
 def test_abbreviated_flags_are_refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     """``--g`` must not be read as ``--grammar``: a typo never starts a different run."""
     assert "unrecognized arguments" in refused(capsys, *argv)
+
+
+# -- what plan says when memory runs out ----------------------------------------------------
+
+
+def test_plan_depth_zero_note_counts_the_shared_prefix_slots() -> None:
+    """The note said the whole --free-memory was free, ignoring the shared slots' bytes."""
+    out = io.StringIO()
+    argv = ["plan", "--model", "nemotron-h-8b", "--free-memory", "1GiB", "--max-seqs", "1"]
+    assert main([*argv, "--prefix-slots", "10"], out=out) == 0
+    assert out.getvalue().splitlines()[-1] == (
+        "depth 0 serves no rollback: one slot for each of 1 sequences needs 102,137,856 bytes "
+        "(97.4 MiB), 52,363,264 (49.9 MiB) free after the shared prefix slots; lower --max-seqs "
+        "or --prefix-slots or raise --free-memory"
+    )
+
+
+def test_plan_errors_name_flags_where_they_name_parameters(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Past the first word, messages said 'free_bytes', a parameter the CLI user never sees."""
+    base = ["plan", "--model", "nemotron-h-8b", "--free-memory", "10GB"]
+    for more in (["--ring-slots", "1000"], ["--prefix-slots", "1000"]):
+        line = refused(capsys, *base, *more)
+        assert "free_bytes" not in line
+        assert "but --free-memory is 10000000000" in line

@@ -201,8 +201,8 @@ def test_plan_json_reports_the_shared_slots() -> None:
         ("", "argument --prefix-slots: must be an int >= 0, got ''"),
         ("\u0664", "argument --prefix-slots: must be an int >= 0"),  # Arabic-Indic 4
         ("9" * 40, "argument --prefix-slots: must be an int >= 0"),
-        ("842", "error: --prefix-slots must fit in free_bytes, got 842 shared slots"),
-        ("9" * 29, "error: --prefix-slots must fit in free_bytes, got " + "9" * 29),
+        ("842", "error: --prefix-slots must fit in --free-memory, got 842 shared slots"),
+        ("9" * 29, "error: --prefix-slots must fit in --free-memory, got " + "9" * 29),
     ],
 )
 def test_plan_refuses_bad_prefix_slots_naming_the_flag(

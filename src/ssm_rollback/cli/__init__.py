@@ -66,15 +66,19 @@ def _version() -> str:
 _PARAMETER: Final = re.compile(r"'(\w+)'(?: \(the (--[\w-]+) flag\))?")
 
 
+# A parameter named further on: a name with an underscore, as a word ("free_bytes is 10").
+_NAMED: Final = re.compile(r"\b[a-z]+(?:_[a-z]+)+\b")
+
+
 def flag_message(error: SsmRollbackError, flags: Mapping[str, str], source: str | None) -> str:
     """``error``'s message for a CLI user: flags for parameters, the config's source named."""
     message = str(error)
+    if message.startswith("config"):  # about the config's own fields, not the flags
+        return message if source is None else f"{source}: {message}"
     match = _PARAMETER.match(message)
     if match is not None and match[1] in flags:
-        return flags[match[1]] + message[match.end() :]
-    if message.startswith("config") and source is not None:
-        return f"{source}: {message}"
-    return message
+        message = flags[match[1]] + message[match.end() :]
+    return _NAMED.sub(lambda m: flags.get(m[0], m[0]), message)
 
 
 def _run(args: argparse.Namespace, out: TextIO) -> int:

@@ -163,11 +163,14 @@ def _print_table(
 def _no_slot_fits(depth: RingDepth, sequences: int, free: int) -> str:
     # A bare "ring depth 0" reads like a bug; say what it costs and which flags move it.
     needed = depth.bytes_per_slot * sequences
-    left = max(0, free - depth.speculative_bytes)
-    if depth.speculative_bytes:
-        where, flags = "free after the speculative buffers", "--max-seqs or --spec-tokens"
-    else:
-        where, flags = "free", "--max-seqs"
+    left = max(0, free - depth.speculative_bytes - depth.prefix_bytes)
+    taken = ["the speculative buffers"] if depth.speculative_bytes else []
+    taken += ["the shared prefix slots"] if depth.prefix_bytes else []
+    where = f"free after {' and '.join(taken)}" if taken else "free"
+    lower = ["--max-seqs"]
+    lower += ["--spec-tokens"] if depth.speculative_bytes else []
+    lower += ["--prefix-slots"] if depth.prefix_bytes else []
+    flags = ", ".join(lower[:-1]) + " or " + lower[-1] if len(lower) > 1 else lower[0]
     return (
         f"depth 0 serves no rollback: one slot for each of {sequences:,} sequences needs "
         f"{needed:,} bytes ({human(needed)}), {left:,} ({human(left)}) {where}; "
