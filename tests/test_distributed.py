@@ -564,6 +564,18 @@ def agreement_misuse(rank: int, world: int) -> dict[str, str]:
     known: dict[tuple[int, int], tuple[int, int]] = {}
     seen["accept apart"] = row_disputes_of(lambda: tp.check_agreement(moved, known=known))
     seen["accept apart, known"] = outcome_of(lambda: tp.check_agreement(moved, known=known))
+    # A save on rank 0 only, reported and excused; then rank 1 gets it too: every rank holds
+    # the same again. The excusal (rank 0's words excused, rank 1's not) raised a dispute of
+    # equal tickets; now it passes and the slot is back under the check.
+    mended = pool()
+    mended_known: dict[tuple[int, int], tuple[int, int]] = {}
+    if rank == 0:
+        mended.save([SsmSnapshotSave(0, 0, 4, 10)])
+    seen["saved apart"] = row_disputes_of(lambda: tp.check_agreement(mended, known=mended_known))
+    if rank != 0:
+        mended.save([SsmSnapshotSave(0, 0, 4, 10)])
+    seen["saved alike again"] = outcome_of(lambda: tp.check_agreement(mended, known=mended_known))
+    seen["known after"] = repr(mended_known)
     # As many intermediate states at most, but not on the same row: no slot differs.
     counts = pool()
     counts.intermediate[0] = ["a", "b"]
@@ -1030,6 +1042,11 @@ def test_check_agreement_fails_together_whatever_one_rank_passes(ranks: list[str
         dispute = tp.RowDispute(1, tickets, (2,) * len(seen))
         assert mine["accept apart"] == repr((1, (), (), (dispute,))), mine
         assert mine["accept apart, known"] == "ok"  # reported once
+        dispute_of_save = tp.SlotDispute(0, 0, (10, *([None] * (len(seen) - 1))))
+        odd = 1 if len(seen) == 2 else 0  # a tie goes to rank 0's view
+        assert mine["saved apart"] == repr((odd, (dispute_of_save,), (), ())), mine
+        assert mine["saved alike again"] == "ok"
+        assert mine["known after"] == "{}"
         counts = (1, 2, *([1] * (len(seen) - 2)))
         dispute = tp.RowDispute(1, (None,) * len(seen), counts)
         assert mine["buffers of a row apart"] == repr((1, (), (), (dispute,))), mine

@@ -260,28 +260,38 @@ def test_an_older_steps_save_applied_after_its_slot_was_reused_is_refused() -> N
     """A save applied again once a newer save had reused its slot was accepted: the slot took
     the old tag over the newer state, the ring's newest snapshot no longer restored, and a
     restore planned for the old one got the newer state as its position's."""
-    from ssm_rollback import plan_rollback, rollback_to_boundary, snapshot_boundary_if_ssm
+    from ssm_rollback import (
+        RollbackPlan,
+        plan_rollback,
+        rollback_to_boundary,
+        snapshot_boundary_if_ssm,
+    )
 
     pool, ring = FakeSnapshotPool(1, 1), SsmDecodeRing(1)
-    pool.live[0] = "after 5"
-    old = snapshot_boundary_if_ssm(
-        ring, seq=0, token_position=5, is_boundary=True, in_thinking=False
-    )
-    apply_effects(pool, [old], [ring])
+
+    def record(position: int) -> SsmSnapshotSave:
+        pool.live[0] = f"after {position}"
+        save = snapshot_boundary_if_ssm(
+            ring, seq=0, token_position=position, is_boundary=True, in_thinking=False
+        )
+        assert save is not None
+        apply_effects(pool, [save], [ring])
+        return save
+
+    old = record(5)
     stale = plan_rollback(ring, [5], seq=0, current_len=6)  # planned, never committed
-    pool.live[0] = "after 8"
-    new = snapshot_boundary_if_ssm(
-        ring, seq=0, token_position=8, is_boundary=True, in_thinking=False
-    )
-    apply_effects(pool, [new], [ring])
+    assert isinstance(stale, RollbackPlan)
+    record(8)
     pool.live[0] = "after 9"
-    for apply in (lambda: apply_effects(pool, [old], [ring]), lambda: pool.save([old])):
-        with pytest.raises(StaleSnapshotError, match=r"holds a newer save \(ticket \d+\)"):
-            apply()
+    with pytest.raises(StaleSnapshotError, match=r"holds a newer save \(ticket \d+\)"):
+        apply_effects(pool, [old], [ring])
+    with pytest.raises(StaleSnapshotError, match=r"holds a newer save \(ticket \d+\)"):
+        pool.save([old])
     assert (pool.stored_position(0, 0), pool.stored_value(0, 0)) == (8, "after 8")
     with pytest.raises(StaleSnapshotError, match="not position 5"):
         pool.restore(stale.effects)
     back = rollback_to_boundary(ring, [5, 8], seq=0, current_len=9)
+    assert isinstance(back, RollbackPlan)
     apply_effects(pool, back.effects, [ring])
     assert pool.live[0] == "after 8"  # the ring's newest snapshot still restores
     # A verify step's saves (from the intermediate buffer) likewise.
@@ -295,6 +305,18 @@ def test_an_older_steps_save_applied_after_its_slot_was_reused_is_refused() -> N
     with pytest.raises(StaleSnapshotError, match="holds a newer save"):
         apply_effects(pool, steps[0].saves, [ring])
     assert (pool.stored_position(0, 0), pool.stored_value(0, 0)) == (9, "after 9")
+
+
+def test_an_older_save_after_a_newer_one_in_the_same_call_is_refused() -> None:
+    """Within one ``apply_effects`` call (a restore between two save runs), an older save into
+    the slot a newer save of the call writes was accepted: the slot ended with the older tag."""
+    pool = FakeSnapshotPool(1, 1)
+    pool.live[0] = "after 6"
+    newer, older = SsmSnapshotSave(0, 0, 6, 200), SsmSnapshotSave(0, 0, 4, 150)
+    step: list[Effect] = [newer, SsmSnapshotRestore(0, 0, 6, 200), older]
+    with pytest.raises(StaleSnapshotError, match=r"'effects\[2\]' .* is older than the save"):
+        apply_effects(pool, step, [SsmDecodeRing(1)])
+    assert (pool.stored_ticket(0, 0), pool.save_calls) == (None, 0)  # nothing copied
 
 
 def _verified_step(pool: FakeSnapshotPool, ring: SsmDecodeRing, first: int) -> VerifyPlan:

@@ -72,10 +72,11 @@ def test_lfm2_layers_agree_with_lfm2config() -> None:
     pytest.importorskip("transformers")
     from transformers import Lfm2Config
 
-    for extra in ({}, {"full_attn_idxs": []}, {"full_attn_idxs": [0, 2]}):
+    extras: tuple[dict[str, object], ...] = ({}, {"full_attn_idxs": []}, {"full_attn_idxs": [0, 2]})
+    for extra in extras:
         raw = {**_LFM2, **extra}
-        made = Lfm2Config(**{k: v for k, v in raw.items() if k != "model_type"})
-        conv = [i for i, kind in enumerate(made.layer_types) if kind == "conv"]
+        made = Lfm2Config(**{k: v for k, v in raw.items() if k != "model_type"})  # type: ignore[arg-type]
+        conv = [i for i, kind in enumerate(made.layer_types or []) if kind == "conv"]
         try:
             sized = [layer.index for layer in state_spec_from_hf_config(raw).layers]
         except InvalidArgumentError:

@@ -410,15 +410,15 @@ _LAYER = SsmLayerSpec(0, "mamba2", (_TENSOR,))
     ("build", "message"),
     [
         # Each was taken, and failed later with an AttributeError (or sized nonsense).
-        (lambda: SsmStateSpec("m", "vllm", 1, 1, (1,)), r"'layers' must be .*got 1 of type int"),
-        (lambda: SsmLayerSpec(0, "mamba2", ("a",)), r"'tensors' must be .*got 'a' of type str"),
-        (lambda: SsmLayerSpec(0, "mamba2", (_TENSOR,), ("a",)), r"'speculative' must be a tuple"),
-        (lambda: SsmLayerSpec(0, "mamba2", (_TENSOR,), [_TENSOR]), r"'speculative' must be"),
+        (lambda: SsmStateSpec("m", "vllm", 1, 1, (1,)), r"'layers' must be .*got 1 of type int"),  # type: ignore[arg-type]
+        (lambda: SsmLayerSpec(0, "mamba2", ("a",)), r"'tensors' must be .*got 'a' of type str"),  # type: ignore[arg-type]
+        (lambda: SsmLayerSpec(0, "mamba2", (_TENSOR,), ("a",)), r"'speculative' must be a tuple"),  # type: ignore[arg-type]
+        (lambda: SsmLayerSpec(0, "mamba2", (_TENSOR,), [_TENSOR]), r"'speculative' must be"),  # type: ignore[arg-type]
         (lambda: SsmStateSpec("m", "vllm", 0, 1, (_LAYER,)), r"'tp_size' must be an int >= 1"),
         (lambda: SsmStateSpec("m", "vllm", True, 1, (_LAYER,)), r"'tp_size' must be an int"),
         (lambda: SsmStateSpec("m", "vllm", 1, -5, (_LAYER,)), r"'num_layers' must be an int >= 1"),
-        (lambda: SsmStateSpec("m", "bogus", 1, 1, (_LAYER,)), r"'layout' must be one of .*'bogus'"),
-        (lambda: SsmStateSpec(None, "vllm", 1, 1, (_LAYER,)), r"'model_type' must be a str"),
+        (lambda: SsmStateSpec("m", "bogus", 1, 1, (_LAYER,)), r"'layout' must be one of .*'bogus'"),  # type: ignore[arg-type]
+        (lambda: SsmStateSpec(None, "vllm", 1, 1, (_LAYER,)), r"'model_type' must be a str"),  # type: ignore[arg-type]
         (
             lambda: SsmStateSpec("m", "vllm", 1, 1, (_LAYER,), num_speculative_tokens=-1),
             r"'num_speculative_tokens' must be an int >= 0",
@@ -428,9 +428,9 @@ _LAYER = SsmLayerSpec(0, "mamba2", (_TENSOR,))
             r"'layers' must hold layer indices in \[0, num_layers 1\), got index 1",
         ),
         (lambda: SsmLayerSpec(-1, "mamba2", (_TENSOR,)), r"'index' must be an int >= 0"),
-        (lambda: SsmLayerSpec(0, "mamba3", (_TENSOR,)), r"'kind' must be one of .*'mamba3'"),
-        (lambda: StateTensorSpec(None, (8, 3), "bfloat16"), r"'name' must be a str"),
-        (lambda: StateTensorSpec("c", (8, 3), "bfloat16", 1), r"'dtype_rule' must be a str"),
+        (lambda: SsmLayerSpec(0, "mamba3", (_TENSOR,)), r"'kind' must be one of .*'mamba3'"),  # type: ignore[arg-type]
+        (lambda: StateTensorSpec(None, (8, 3), "bfloat16"), r"'name' must be a str"),  # type: ignore[arg-type]
+        (lambda: StateTensorSpec("c", (8, 3), "bfloat16", 1), r"'dtype_rule' must be a str"),  # type: ignore[arg-type]
     ],
 )
 def test_a_hand_built_spec_is_checked_at_construction_naming_the_field(

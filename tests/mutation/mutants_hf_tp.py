@@ -277,6 +277,24 @@ HF_TP_MUTANTS: tuple[Mutant, ...] = (
         "fails_together",
     ),
     mutant(
+        "agreement_excusal_disputes_agreeing_ranks",  # a mended slot raised tickets (10, 10)
+        "_tp/disputes.py",
+        "        if all((a[k], a[k + 1]) == held for a in actual):\n",
+        "        if False:\n",
+        ("tests/test_distributed.py",),
+        "-k",
+        "fails_together",
+    ),
+    mutant(
+        "agreement_settled_stays_known",
+        AGREEMENT,
+        "            known.pop(key, None)\n",
+        "            pass\n",
+        ("tests/test_distributed.py",),
+        "-k",
+        "fails_together",
+    ),
+    mutant(
         "agreement_excused_hashes_as_empty",
         AGREEMENT,
         "_EXCUSED: Final = -3",

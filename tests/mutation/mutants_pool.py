@@ -313,6 +313,12 @@ POOL_MUTANTS: tuple[Mutant, ...] = (
         "            if False:\n",
     ),
     _p(
+        "runs_older_save_in_the_call_ok",
+        RUNS,
+        "        if earlier is not None and replayed(ticket, earlier[1]):\n",
+        "        if earlier is not None and ticket == earlier[1]:\n",
+    ),
+    _p(
         "rules_save_older_ticket_ok",  # an older step's save, applied after its slot was reused
         RULES,
         "    return held is not None and ticket <= held\n",

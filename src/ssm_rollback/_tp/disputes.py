@@ -22,6 +22,7 @@ __all__ = [
     "SharedSlotDispute",
     "SlotDispute",
     "find_disputes",
+    "key_of",
     "odd_one",
 ]
 
@@ -100,28 +101,47 @@ def _held(word: int) -> int | None:
     return None if word < 0 else word
 
 
+def key_of(at: int, rows: int, slots: int, shared: int) -> tuple[int, int]:
+    """The ``known`` key of the ``at``-th pair of words: a ring slot, a shared slot, a row."""
+    ring_slots = rows * slots
+    if at < ring_slots:
+        return (at // slots, at % slots)
+    if at < ring_slots + shared:
+        return (SHARED_ROW, at - ring_slots)
+    return (at - ring_slots - shared, ROW_WORDS)
+
+
 def find_disputes(
     views: list[list[int]], actual: list[list[int]], rows: int, slots: int, shared: int
-) -> tuple[tuple[SlotDispute, ...], tuple[SharedSlotDispute, ...], tuple[RowDispute, ...]]:
-    """The ring slots, the shared slots and the rows whose compared words differ by rank.
+) -> tuple[
+    tuple[SlotDispute, ...],
+    tuple[SharedSlotDispute, ...],
+    tuple[RowDispute, ...],
+    tuple[tuple[int, int], ...],
+]:
+    """The ring slots, the shared slots and the rows whose words differ by rank, and the keys
+    that only a known dispute's excusal made differ (settled: every rank holds the same).
 
     ``views`` are the words each rank compares (known disputes excused),
     ``actual`` what each rank holds: a pair per ring slot by row, per shared
     slot, then per row (its intermediate count, its last accept's ticket).
     """
-    found, found_shared, found_rows = [], [], []
-    ring_slots = rows * slots
+    found, found_shared, found_rows, settled = [], [], [], []
     for k in range(0, len(views[0]), 2):
         pair = (views[0][k], views[0][k + 1])
         if all((v[k], v[k + 1]) == pair for v in views):
             continue
+        key = key_of(k // 2, rows, slots, shared)
+        held = (actual[0][k], actual[0][k + 1])
+        if all((a[k], a[k + 1]) == held for a in actual):
+            settled.append(key)  # excused on some ranks only: the disputed slot came back
+            continue
         tickets = tuple(_held(a[k + 1]) for a in actual)
-        at = k // 2
-        if at < ring_slots:
-            found.append(SlotDispute(at // slots, at % slots, tickets))
-        elif at < ring_slots + shared:
-            found_shared.append(SharedSlotDispute(at - ring_slots, tickets))
-        else:
+        if key[0] == SHARED_ROW:
+            found_shared.append(SharedSlotDispute(key[1], tickets))
+        elif key[1] == ROW_WORDS:
             counts = tuple(_held(a[k]) for a in actual)
-            found_rows.append(RowDispute(at - ring_slots - shared, tickets, counts))
-    return tuple(found), tuple(found_shared), tuple(found_rows)
+            found_rows.append(RowDispute(key[0], tickets, counts))
+        else:
+            found.append(SlotDispute(key[0], key[1], tickets))
+    return tuple(found), tuple(found_shared), tuple(found_rows), tuple(settled)

@@ -31,6 +31,7 @@ from .._core.effect_dict import (
 from .._core.ring import SsmDecodeRing
 from .._core.save_batch import LIVE
 from .._errors import InvalidArgumentError, InvalidArgumentTypeError, StaleSnapshotError, shown
+from ._batch_rules import replayed
 from ._batch_values import CheckedAccepts, CheckedRestores, CheckedSaves, Names
 from ._protocols import Rings
 from ._shared_rules import CheckedSharedRestores, CheckedSharedSaves, SharedChecks
@@ -255,16 +256,22 @@ def check_runs(
 def _check_saved_once(
     checked: CheckedSaves, pending: dict[int, tuple[int, int]], names: Names
 ) -> None:
-    """Rule 6 across the runs of one call: a save whose slot an earlier run gave its ticket."""
+    """Rule 6 across the runs of one call: a save not newer than the one an earlier run of
+    the call writes into its slot (the same save again, or an older step's after it)."""
     if not pending:
         return
     for k, (i, ticket) in enumerate(zip(checked.flat, checked.tickets, strict=True)):
         earlier = pending.get(i)
-        if earlier is not None and earlier[1] == ticket:
+        if earlier is not None and replayed(ticket, earlier[1]):
+            why = (
+                "repeats a save earlier in the same call - a save applied twice"
+                if ticket == earlier[1]
+                else f"is older than the save earlier in the same call into its slot (ticket "
+                f"{earlier[1]}) - an older step's save, applied late or twice"
+            )
             raise StaleSnapshotError(
                 f"refusing the effects, copying nothing: '{names.of(k)}' (seq "
-                f"{checked.rows[k]}, ticket {ticket}) repeats a save earlier in the same call - "
-                f"a save applied twice"
+                f"{checked.rows[k]}, ticket {ticket}) {why}"
             )
 
 
