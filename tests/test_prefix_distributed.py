@@ -52,7 +52,7 @@ from ssm_rollback import (
     snapshot_boundaries,
 )
 from ssm_rollback import distributed as tp
-from ssm_rollback._tp.agreement import SharedSlotDispute
+from ssm_rollback._tp.disputes import SharedSlotDispute
 from ssm_rollback.backends.torch import TorchSnapshotPool
 
 WORLD: Final = 2

@@ -8,8 +8,6 @@ what was expected, what was given.
 
 from __future__ import annotations
 
-from typing import Final
-
 __all__ = [
     "InvalidArgumentError",
     "InvalidArgumentTypeError",
@@ -62,9 +60,6 @@ class StaleSnapshotError(SsmRollbackError, RuntimeError):
     """
 
 
-_INT_EXPECTED: Final = "an int >= 0"
-
-
 #: The longest rendering of a given value an error message quotes.
 _SHOWN = 200
 
@@ -105,11 +100,16 @@ def describe(value: object) -> str:
 
 def check_non_negative_int(name: str, value: object) -> int:
     """Return ``value`` if it is an ``int`` (not ``bool``) ``>= 0``; else raise naming ``name``."""
-    if type(value) is int:
-        if value >= 0:
-            return value
-    elif isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidArgumentTypeError(f"'{name}' must be {_INT_EXPECTED}, got {describe(value)}")
-    elif value >= 0:  # an int subclass (an IntEnum, say): keep its plain value
-        return int(value)
-    raise InvalidArgumentError(f"'{name}' must be {_INT_EXPECTED}, got {shown(value)}")
+    if type(value) is int and value >= 0:  # the common case, at once
+        return value
+    return check_int_at_least(name, value, 0)
+
+
+def check_int_at_least(name: str, value: object, least: int) -> int:
+    """Return ``value`` if it is an ``int`` (not ``bool``) ``>= least`` - an int subclass (an
+    IntEnum, say) as its plain value; else raise naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentTypeError(f"'{name}' must be an int >= {least}, got {describe(value)}")
+    if value < least:
+        raise InvalidArgumentError(f"'{name}' must be an int >= {least}, got {shown(value)}")
+    return int(value)

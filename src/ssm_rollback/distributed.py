@@ -47,13 +47,8 @@ from ._core.ring import SsmDecodeRing
 from ._errors import InvalidArgumentError
 from ._tp import channel as _wire_channel
 from ._tp import wire as _wire
-from ._tp.agreement import (
-    AgreementError,
-    RowDispute,
-    SharedSlotDispute,
-    SlotDispute,
-    check_agreement,
-)
+from ._tp.agreement import check_agreement
+from ._tp.disputes import AgreementError, RowDispute, SharedSlotDispute, SlotDispute
 from ._tp.failures import DistributedError, src_word
 from ._tp.groups import group_active
 from ._tp.retire import retire_disputed

@@ -17,7 +17,7 @@ from typing import cast
 from .._errors import (
     InvalidArgumentError,
     InvalidArgumentTypeError,
-    check_non_negative_int,
+    check_int_at_least,
     describe,
     shown,
 )
@@ -95,16 +95,7 @@ def int_column(name: str, values: object, *, least: int = 0) -> list[int]:
     ):
         return cast(list[int], column)
     for i, value in enumerate(column):
-        if least == 0:
-            check_non_negative_int(f"{name}[{i}]", value)
-        elif isinstance(value, bool) or not isinstance(value, int):
-            raise InvalidArgumentTypeError(
-                f"'{name}[{i}]' must be an int >= {least}, got {describe(value)}"
-            )
-        elif value < least:
-            raise InvalidArgumentError(
-                f"'{name}[{i}]' must be an int >= {least}, got {shown(value)}"
-            )
+        check_int_at_least(f"{name}[{i}]", value, least)
     # Every element passed: some are int subclasses (an IntEnum), taken as their plain value
     # as a single int argument is.
     return [int(cast(int, value)) for value in column]

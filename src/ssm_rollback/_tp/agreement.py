@@ -22,24 +22,13 @@ from .disputes import (
     ROW_WORDS,
     SHARED_ROW,
     AgreementError,
-    RowDispute,
-    SharedSlotDispute,
-    SlotDispute,
     find_disputes,
     odd_one,
 )
 from .failures import lost
 from .groups import group_active, group_device, group_label
 
-__all__ = [
-    "ROW_WORDS",
-    "SHARED_ROW",
-    "AgreementError",
-    "RowDispute",
-    "SharedSlotDispute",
-    "SlotDispute",
-    "check_agreement",
-]
+__all__ = ["check_agreement"]
 
 # A known dispute's words, unchanged since it was reported. Not -2: CPython hashes -1 as -2,
 # so (-2, -2) and an empty slot's (-1, -1) would give one digest.

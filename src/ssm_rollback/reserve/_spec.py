@@ -14,7 +14,12 @@ from typing import Final, Literal, TypeAlias, TypeVar, get_args
 
 import attrs
 
-from .._errors import InvalidArgumentError, InvalidArgumentTypeError, describe, shown
+from .._errors import (
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    check_int_at_least,
+    shown,
+)
 
 __all__ = [
     "DTYPE_BYTES",
@@ -83,14 +88,7 @@ def _check_text(_: object, attribute: attrs.Attribute[str], value: object) -> No
 
 def _int_at_least(minimum: int) -> Callable[[object, attrs.Attribute[int], object], None]:
     def check(_: object, attribute: attrs.Attribute[int], value: object) -> None:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise InvalidArgumentTypeError(
-                f"'{attribute.name}' must be an int >= {minimum}, got {describe(value)}"
-            )
-        if value < minimum:
-            raise InvalidArgumentError(
-                f"'{attribute.name}' must be an int >= {minimum}, got {shown(value)}"
-            )
+        check_int_at_least(attribute.name, value, minimum)
 
     return check
 
