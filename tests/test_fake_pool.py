@@ -97,6 +97,16 @@ def test_bad_shapes_raise_naming_the_argument(n: object, slots: object) -> None:
         FakeSnapshotPool(n, slots)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("slots", [0, 1])
+def test_rows_past_any_engine_are_refused_at_once(slots: int) -> None:
+    """``FakeSnapshotPool(10**8, 0)`` built 10**8 rows of tags for 30 s, then blamed a slot
+    count of 0 for the memory it ran out of."""
+    from ssm_rollback import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match=r"'num_sequences' must be at most 16,777,216"):
+        FakeSnapshotPool(2**24 + 1, slots)
+
+
 def test_repr_shows_shape_and_counters() -> None:
     assert repr(FakeSnapshotPool(2, 3)) == (
         "FakeSnapshotPool(num_sequences=2, slots_per_sequence=3, save_calls=0, "

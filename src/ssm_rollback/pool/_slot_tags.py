@@ -12,7 +12,7 @@ the record a third-party pool reports.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import final
+from typing import Final, final
 
 import attrs
 
@@ -24,8 +24,19 @@ from ._shared_rules import SharedChecks, SharedHeld
 __all__ = ["SlotTags"]
 
 
+#: The most rows a pool keeps: no engine batches more sequences; past it, a typo (whose
+#: per-row tags alone would take seconds and gigabytes of host memory to build).
+MAX_ROWS: Final = 1 << 24
+
+
 def _num_sequences_arg(value: int) -> int:
-    return check_non_negative_int("num_sequences", value)
+    rows = check_non_negative_int("num_sequences", value)
+    if rows > MAX_ROWS:
+        raise InvalidArgumentError(
+            f"'num_sequences' must be at most {MAX_ROWS:,} (the rows of one engine), got "
+            f"{grouped(rows)}"
+        )
+    return rows
 
 
 def _slots_arg(value: int) -> int:
