@@ -1507,6 +1507,21 @@ MUTANTS: tuple[Mutant, ...] = (
         HF,
         select=HF_SELECT,
     ),
+    # -- reserve: what the transformers layout caches, and LFM2's default pattern ------------
+    _m(
+        "reserve_hf_mamba2_state_in_model_dtype",  # a bf16 ring overcommitted about 1.7x
+        "reserve/_models.py",
+        '    "mamba2": ModelType("mamba2", _mamba_layers, float32_state=_HF_MAMBA2_FLOAT32),\n',
+        '    "mamba2": ModelType("mamba2", _mamba_layers),\n',
+        ("tests/test_reserve.py",),
+    ),
+    _m(
+        "reserve_lfm2_default_pattern_all_conv",
+        "reserve/_layers.py",
+        '    if f.list("full_attn_idxs") is None:\n',
+        "    if False:\n",
+        ("tests/test_reserve_configs.py",),
+    ),
     # -- reserve.py: decode_rollback_ring_slots -----------------------------------------------
     _m(
         "reserve_fit_equal_max_is_memory",
