@@ -441,3 +441,28 @@ def test_plan_errors_name_flags_where_they_name_parameters(
         line = refused(capsys, *base, *more)
         assert "free_bytes" not in line
         assert "but --free-memory is 10000000000" in line
+
+
+def test_a_bad_config_dtype_is_named_as_the_configs_field(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``"torch_dtype": "auto"`` in a --config file was refused as if 'torch_dtype' were an
+    argument, naming neither the flag nor the file."""
+    config = {
+        "model_type": "mamba2",
+        "num_hidden_layers": 2,
+        "hidden_size": 64,
+        "num_heads": 8,
+        "head_dim": 16,
+        "expand": 2,
+        "n_groups": 1,
+        "state_size": 16,
+        "torch_dtype": "auto",
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    line = refused(capsys, "plan", "--config", str(path), "--free-memory", "10GB")
+    assert line.startswith(
+        f"ssm-rollback plan: error: --config {path}: config field 'torch_dtype' must be one of"
+    )
+    assert line.endswith("got 'auto'")

@@ -282,7 +282,7 @@ def test_the_engines_drop_a_conv_column_that_transformers_keeps() -> None:
         ({}, {"ssm_dtype": "int8"}, "'ssm_dtype' must be one of"),
         ({}, {"conv_dtype": "int8"}, "'conv_dtype' must be one of"),
         ({}, {"dtype": "int8"}, "'dtype' must be one of"),
-        ({"torch_dtype": "int4"}, {}, "'torch_dtype' must be one of"),
+        ({"torch_dtype": "int4"}, {}, "config field 'torch_dtype' must be one of"),
         ({"hybrid_override_pattern": "M-X"}, {}, "unknown layer kind 'X'"),
         ({"hybrid_override_pattern": "*-*-"}, {}, "no SSM layers"),
         ({"hybrid_override_pattern": None}, {}, "'hybrid_override_pattern' is missing"),

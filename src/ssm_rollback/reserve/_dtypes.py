@@ -27,13 +27,13 @@ def _model_dtype(f: Fields, dtype: str | None, layout: str) -> Choice:
         # to the platform's first supported dtype, bfloat16 on current GPUs.
         if named is None:
             return "bfloat16", "vLLM dtype='auto' (no config dtype: float32, run as bfloat16)"
-        name = dtype_name(named, field)
+        name = dtype_name(named, field, field=True)
         if name == "float32":
             return "bfloat16", f"vLLM dtype='auto' runs the config's float32 '{field}' as bfloat16"
         return name, f"vLLM dtype='auto': config '{field}'"
     if named is None:
         return "bfloat16", "no config dtype: bfloat16"
-    return dtype_name(named, field), f"config '{field}'"
+    return dtype_name(named, field, field=True), f"config '{field}'"
 
 
 def state_dtypes(
@@ -65,7 +65,7 @@ def state_dtypes(
         named = f.str(field)  # falls back to the config class's default (Nemotron-H: float32)
         if named is not None:
             source = "config" if f.has(field) else "the transformers config-class default of"
-            ssm = dtype_name(named, field), f"vLLM: {source} '{field}'"
+            ssm = dtype_name(named, field, field=True), f"vLLM: {source} '{field}'"
     if ssm is None:
         ssm = conv[0], "vLLM mamba_ssm_cache_dtype='auto': follows the conv state"
     return conv, ssm
@@ -91,5 +91,5 @@ def _sglang(
     if ssm is None and model.sglang == "config" and f.has("mamba_ssm_dtype"):
         named = f.str("mamba_ssm_dtype")
         assert named is not None  # f.has said so
-        ssm = dtype_name(named, "mamba_ssm_dtype"), "SGLang: config 'mamba_ssm_dtype'"
+        ssm = dtype_name(named, "mamba_ssm_dtype", field=True), "SGLang: config 'mamba_ssm_dtype'"
     return conv, ssm or ("float32", "SGLang default (SGLANG_MAMBA_SSM_DTYPE unset)")

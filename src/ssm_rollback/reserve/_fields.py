@@ -84,17 +84,19 @@ def load(config: Mapping[str, object] | str | os.PathLike[str]) -> Mapping[str, 
     return data
 
 
-def dtype_name(value: object, source: str) -> str:
-    """A dtype name (``"torch.bfloat16"``, ``"bf16"``) as the spec spells it."""
+def dtype_name(value: object, source: str, *, field: bool = False) -> str:
+    """A dtype name (``"torch.bfloat16"``, ``"bf16"``) as the spec spells it; ``source`` names
+    the argument, or with ``field`` the config field, it came from."""
+    named = f"config field '{source}'" if field else f"'{source}'"
     if not isinstance(value, str):
         raise InvalidArgumentTypeError(
-            f"'{source}' must be a dtype name such as 'bfloat16', got {describe(value)}"
+            f"{named} must be a dtype name such as 'bfloat16', got {describe(value)}"
         )
     name = value.removeprefix("torch.").lower()
     name = _DTYPE_ALIASES.get(name, name)
     if name not in DTYPE_BYTES:
         raise InvalidArgumentError(
-            f"'{source}' must be one of {', '.join(sorted(DTYPE_BYTES))}, got {shown(value)}"
+            f"{named} must be one of {', '.join(sorted(DTYPE_BYTES))}, got {shown(value)}"
         )
     return name
 
