@@ -188,7 +188,12 @@ def test_commit_accepts_never_lowers_a_rows_last_accept() -> None:
     for rows, tickets, match in (
         ([0], [5], r"'tickets\[0\]' must be newer than row 0's last accept \(ticket 900\)"),
         ([0], [900], r"'tickets\[0\]' must be newer"),
-        ([1, 1], [901, 902], r"'rows' must name each row once .* rows\[0\] and rows\[1\]"),
+        (
+            [1, 1],
+            [901, 902],
+            r"'rows' must name each row at most once per batch, got seq 1 at rows\[0\] "
+            r"and rows\[1\]",
+        ),
         ([1, 0], [903, 6], r"'tickets\[1\]' must be newer"),  # row 1 not recorded either
     ):
         with pytest.raises(InvalidArgumentError, match=match):

@@ -313,7 +313,7 @@ def test_max_new_tokens_of_zero_is_refused_as_generate_refuses_it(decoder: str) 
         generate(PROMPT, max_new_tokens=0)
     prefixes = HybridPrefixCache(model(), max_bytes=1 << 20)
     streamer = _Recorder()
-    with pytest.raises(InvalidArgumentError, match="'max_new_tokens' must be >= 1"):
+    with pytest.raises(InvalidArgumentError, match="'max_new_tokens' must be an int >= 1, got 0"):
         _decoders()[decoder](PROMPT, max_new_tokens=0, prefix_cache=prefixes, streamer=streamer)
     assert streamer.calls == ["end"]  # nothing streamed
     assert (prefixes.report.misses, prefixes.report.published) == (0, 0)

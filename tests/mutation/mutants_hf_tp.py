@@ -218,8 +218,8 @@ HF_TP_MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "hf_zero_new_tokens_decodes_nothing",  # returned the prompt where generate() raises
         "integrations/_hf/generate_args.py",
-        "    if count == 0:\n",
-        "    if count < 0:\n",
+        'check_int_at_least("max_new_tokens", value, 1)',
+        'check_non_negative_int("max_new_tokens", value)',
         ("tests/test_hf_generate_misuse.py",),
         "-k",
         "zero",
@@ -268,10 +268,10 @@ HF_TP_MUTANTS: tuple[Mutant, ...] = (
         "fails_together",
     ),
     mutant(
-        "agreement_row_dispute_known_misfiled",
-        AGREEMENT,
-        "        flats += [rows * slots + shared + d.seq for d in row_disputes]\n",
-        "        flats += [rows * slots + d.seq for d in row_disputes]\n",
+        "agreement_row_dispute_known_misfiled",  # known got another pair's words
+        "_tp/disputes.py",
+        "        disputed[key] = k // 2\n",
+        "        disputed[key] = 0\n",
         ("tests/test_distributed.py",),
         "-k",
         "fails_together",

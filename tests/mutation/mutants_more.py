@@ -165,14 +165,14 @@ MORE_MUTANTS: tuple[Mutant, ...] = (
     _acc(
         "rules_accept_same_ticket_ok",
         RULES,
-        "if ticket is not None and last is not None and ticket <= last:",
+        "if ticket is not None and replayed(ticket, last):",
         "if ticket is not None and last is not None and ticket < last:",
     ),
     _acc("rules_accept_tickets_unread", RULES, "held = self._accepted(seqs)", "held = None"),
     _acc(
         "rules_accept_none_ticket_checked",  # an unticketed (v0.2) accept compared as -1
         RULES,
-        "if ticket is not None and last is not None and ticket <= last:",
+        "if ticket is not None and replayed(ticket, last):",
         "if last is not None and (-1 if ticket is None else ticket) <= last:",
     ),
     _acc(
@@ -184,7 +184,7 @@ MORE_MUTANTS: tuple[Mutant, ...] = (
     _acc(
         "runs_accepted_once_same_ticket_ok",
         RUNS,
-        "if last is not None and ticket <= last:",
+        "if replayed(ticket, last):",
         "if last is not None and ticket < last:",
     ),
     _acc(

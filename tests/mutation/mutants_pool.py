@@ -303,14 +303,14 @@ POOL_MUTANTS: tuple[Mutant, ...] = (
     _p(
         "tags_commit_accepts_lowers_the_mark",  # rule 7 let an accept applied twice through
         TAGS,
-        "            if ticket is not None and last is not None and ticket <= last:\n",
+        "            if ticket is not None and replayed(ticket, last):\n",
         "            if ticket is not None and last is not None and ticket < last:\n",
     ),
     _p(
         "tags_commit_accepts_row_twice_ok",
         TAGS,
-        "            if first.setdefault(seq, k) != k:\n",
-        "            if False:\n",
+        "        check_rows_once(row_list, _ROWS)\n",
+        "",
     ),
     _p(
         "runs_older_save_in_the_call_ok",

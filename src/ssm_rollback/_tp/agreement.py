@@ -18,6 +18,7 @@ import torch.distributed as dist
 
 from .._errors import InvalidArgumentError, InvalidArgumentTypeError, SsmRollbackError
 from ..pool import SharedSnapshotPool, SnapshotPool, _check_pool
+from ..pool._base import TaggedPool
 from .disputes import (
     ROW_WORDS,
     SHARED_ROW,
@@ -104,9 +105,9 @@ def _staged(pool: SnapshotPool) -> list[int]:
 def _accepted(pool: SnapshotPool) -> list[int | None]:
     """The ticket of the last accept each row applied (rule 7), for a pool of this library
     (``None`` for every row of a third-party pool: the protocol does not report it)."""
-    tags = getattr(pool, "_slot_tags", None)
-    held = tags()._accepted(list(range(pool.num_sequences))) if callable(tags) else None
-    return [None] * pool.num_sequences if held is None else held
+    if not issubclass(type(pool), TaggedPool):
+        return [None] * pool.num_sequences
+    return cast(TaggedPool, pool)._slot_tags()._accepted(list(range(pool.num_sequences)))
 
 
 def _digest(values: list[int]) -> int:
@@ -203,20 +204,14 @@ def check_agreement(
     tables = _gather([*actual, *compared], group)
     half = len(actual)
     rows, slots = pool.num_sequences, pool.slots_per_sequence
-    disputes, shared_disputes, row_disputes, settled = find_disputes(
+    disputes, shared_disputes, row_disputes, disputed, settled = find_disputes(
         [t[half:] for t in tables], [t[:half] for t in tables], rows, slots, shared
     )
     if known is not None:
         for key in settled:  # every rank holds the same again: back under the check
             known.pop(key, None)
-        keys = [(d.seq, d.slot) for d in disputes]
-        keys += [(SHARED_ROW, d.slot) for d in shared_disputes]
-        keys += [(d.seq, ROW_WORDS) for d in row_disputes]
-        flats = [d.seq * slots + d.slot for d in disputes]
-        flats += [rows * slots + d.slot for d in shared_disputes]
-        flats += [rows * slots + shared + d.seq for d in row_disputes]
-        for key, flat in zip(keys, flats, strict=True):
-            known[key] = (actual[2 * flat], actual[2 * flat + 1])
+        for key, at in disputed.items():  # this rank's own words there
+            known[key] = (actual[2 * at], actual[2 * at + 1])
     if not (disputes or shared_disputes or row_disputes):
         return  # only excusals differed: the ranks agree
     named = [f"(seq {d.seq}, slot {d.slot}): tickets {d.tickets}" for d in disputes]

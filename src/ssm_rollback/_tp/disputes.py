@@ -117,16 +117,19 @@ def find_disputes(
     tuple[SlotDispute, ...],
     tuple[SharedSlotDispute, ...],
     tuple[RowDispute, ...],
+    dict[tuple[int, int], int],
     tuple[tuple[int, int], ...],
 ]:
-    """The ring slots, the shared slots and the rows whose words differ by rank, and the keys
-    that only a known dispute's excusal made differ (settled: every rank holds the same).
+    """The ring slots, the shared slots and the rows whose words differ by rank; each of
+    those keys with its place among the pairs of words (for ``known``); and the keys that
+    only a known dispute's excusal made differ (settled: every rank holds the same).
 
     ``views`` are the words each rank compares (known disputes excused),
     ``actual`` what each rank holds: a pair per ring slot by row, per shared
     slot, then per row (its intermediate count, its last accept's ticket).
     """
     found, found_shared, found_rows, settled = [], [], [], []
+    disputed: dict[tuple[int, int], int] = {}
     for k in range(0, len(views[0]), 2):
         pair = (views[0][k], views[0][k + 1])
         if all((v[k], v[k + 1]) == pair for v in views):
@@ -136,6 +139,7 @@ def find_disputes(
         if all((a[k], a[k + 1]) == held for a in actual):
             settled.append(key)  # excused on some ranks only: the disputed slot came back
             continue
+        disputed[key] = k // 2
         tickets = tuple(_held(a[k + 1]) for a in actual)
         if key[0] == SHARED_ROW:
             found_shared.append(SharedSlotDispute(key[1], tickets))
@@ -144,4 +148,4 @@ def find_disputes(
             found_rows.append(RowDispute(key[0], tickets, counts))
         else:
             found.append(SlotDispute(key[0], key[1], tickets))
-    return tuple(found), tuple(found_shared), tuple(found_rows), tuple(settled)
+    return tuple(found), tuple(found_shared), tuple(found_rows), disputed, tuple(settled)

@@ -188,7 +188,7 @@ class BatchChecks:
         held = self._accepted(seqs)
         if held is not None:
             for k, (ticket, last) in enumerate(zip(tickets, held, strict=True)):
-                if ticket is not None and last is not None and ticket <= last:
+                if ticket is not None and replayed(ticket, last):
                     raise StaleSnapshotError(
                         f"refusing a batch of {len(seqs)} accepts, copying nothing: "
                         f"'{names.of(k)}' (seq {seqs[k]}, ticket {ticket}) is not newer than "
@@ -328,8 +328,9 @@ def _refuse_stale(
 
 
 def replayed(ticket: int, held: int | None) -> bool:
-    """Rule 6: whether a save of ``ticket`` into a slot holding ``held`` was applied before
-    (the same ticket) or comes late (an older one than the save that wrote the slot since)."""
+    """Whether ``ticket`` is not newer than ``held``: a save into a slot holding ``held``
+    (rule 6) or an accept on a row whose last accept had ``held`` (rule 7) was applied before
+    (the same ticket) or comes late (an older one). Tickets only grow."""
     return held is not None and ticket <= held
 
 

@@ -281,7 +281,7 @@ def _check_accepted_once(checked: CheckedAccepts, accepted: dict[int, int], name
         if ticket is None:
             continue
         last = accepted.get(seq)
-        if last is not None and ticket <= last:
+        if replayed(ticket, last):
             raise StaleSnapshotError(
                 f"refusing the effects, copying nothing: '{names.of(k)}' (seq {seq}, ticket "
                 f"{ticket}) is not newer than an accept before it in the same call (ticket "

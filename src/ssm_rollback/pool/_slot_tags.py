@@ -18,10 +18,13 @@ import attrs
 
 from .._core.columns import as_list, int_column, one_length
 from .._errors import InvalidArgumentError, check_non_negative_int, grouped, shown
-from ._batch_values import IndexTable
-from ._shared_rules import SharedChecks, SharedHeld
+from ._batch_rules import replayed
+from ._batch_values import IndexTable, Names
+from ._shared_rules import SharedChecks, SharedHeld, check_rows_once
 
 __all__ = ["SlotTags"]
+
+_ROWS: Final = Names("rows")
 
 
 #: The most rows a pool keeps: no engine batches more sequences; past it, a typo (whose
@@ -183,15 +186,10 @@ class SlotTags(SharedChecks):
             for k, ticket in enumerate(ticket_list)
         ]
         one_length({"rows": len(row_list), "tickets": len(checked)})
-        first: dict[int, int] = {}
+        check_rows_once(row_list, _ROWS)
         for k, (seq, ticket) in enumerate(zip(row_list, checked, strict=True)):
-            if first.setdefault(seq, k) != k:
-                raise InvalidArgumentError(
-                    f"'rows' must name each row once (one accept per row per step), got row "
-                    f"{seq} at rows[{first[seq]}] and rows[{k}]"
-                )
             last = self._accepted_tickets[seq]
-            if ticket is not None and last is not None and ticket <= last:
+            if ticket is not None and replayed(ticket, last):
                 raise InvalidArgumentError(
                     f"'tickets[{k}]' must be newer than row {seq}'s last accept (ticket "
                     f"{last}), got {shown(ticket)}: rule 7 would then let that accept through "

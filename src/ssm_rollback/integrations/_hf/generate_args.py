@@ -39,7 +39,12 @@ from transformers.generation.logits_process import (
 )
 from transformers.generation.utils import GenerationMixin
 
-from ..._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int
+from ..._errors import (
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    check_int_at_least,
+    check_non_negative_int,
+)
 from .arguments import shown
 from .decoding import Outputs
 from .generate_checks import (
@@ -98,9 +103,9 @@ class GenerateArgs:
         """``max_new_tokens``, else the config's (its ``max_new_tokens``, or ``max_length``)."""
         config = self.config
         if value is not None or not self.length_from_config:
-            return _at_least_one("max_new_tokens", value)
+            return check_int_at_least("max_new_tokens", value, 1)  # generate() refuses 0
         if config.max_new_tokens is not None:
-            return _at_least_one("generation_config.max_new_tokens", config.max_new_tokens)
+            return check_int_at_least("generation_config.max_new_tokens", config.max_new_tokens, 1)
         length = check_non_negative_int("generation_config.max_length", config.max_length)
         if length <= width:
             raise InvalidArgumentError(
@@ -288,13 +293,3 @@ def settings_in_config(decoder: Callable[_P, _R]) -> Callable[_P, _R]:
     kept = [p for p in signature.parameters.values() if p.name not in _IN_CONFIG]
     vars(decoder)["__signature__"] = signature.replace(parameters=kept)
     return decoder
-
-
-def _at_least_one(name: str, value: object) -> int:
-    """A token count to decode: an int >= 1, as ``generate`` requires (it refuses 0)."""
-    count = check_non_negative_int(name, value)
-    if count == 0:
-        raise InvalidArgumentError(
-            f"'{name}' must be >= 1 (generate() refuses 0 too: there is nothing to decode), got 0"
-        )
-    return count
