@@ -292,6 +292,29 @@ def test_only_a_batch_the_library_built_is_trusted_to_be_distinct() -> None:
     assert [pool.stored_ticket(s, 0) for s in range(3)] == list(built.tickets)
 
 
+def test_an_evolved_library_batch_is_checked_again_and_never_trusted() -> None:
+    """``attrs.evolve`` of a library-built batch goes through ``SaveBatch``'s checks: its
+    columns are checked and it is not ``distinct``, so a row made to appear twice is refused
+    by the pool (it used to raise ``TypeError`` over the ``distinct`` field)."""
+    import attrs
+
+    rings = [SsmDecodeRing(2) for _ in range(2)]
+    built = step(rings, 1)
+    assert built.distinct
+    moved = attrs.evolve(built, slots=(1, 1))
+    assert moved.slots == (1, 1)
+    assert moved.seqs == built.seqs
+    assert not moved.distinct
+    twice = attrs.evolve(built, seqs=(0, 0))
+    assert not twice.distinct
+    pool = FakeSnapshotPool(2, 2)
+    with pytest.raises(InvalidArgumentError, match="each row's state at most once"):
+        pool.save(twice)
+    assert pool.stored_ticket(0, 0) is None
+    with pytest.raises(InvalidArgumentError, match=r"'seqs\[1\]' must be an int >= 0"):
+        attrs.evolve(built, seqs=(0, -1))
+
+
 def test_a_third_party_pool_gets_no_sources_column_when_every_save_reads_the_live_state() -> None:
     """Single saves from the live state reach the pool as one batch without ``sources``:
     a pool that only copies live states never sees an intermediate column."""

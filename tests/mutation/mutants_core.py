@@ -371,14 +371,21 @@ CORE_MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "sb_trusted_distinct_dropped",
         SAVE_BATCH,
-        "            distinct,\n        )\n        return batch",
-        "            False,\n        )\n        return batch",
+        'object.__setattr__(batch, "distinct", distinct)',
+        'object.__setattr__(batch, "distinct", False)',
         BATCH_TESTS,
         equivalent=(
             "only slower: 'distinct' lets a pool skip rules 2-3 for a batch the library "
             "built; without it the pool checks them and, the batch holding them by "
             "construction, accepts the same batches"
         ),
+    ),
+    mutant(
+        "sb_evolve_keeps_distinct",
+        SAVE_BATCH,
+        "distinct: bool = attrs.field(default=False, eq=False, repr=False, init=False)",
+        "distinct: bool = attrs.field(default=False, eq=False, repr=False)",
+        (*BATCH_TESTS, "tests/test_pool_checks_once.py"),
     ),
     mutant(
         "sb_source_live_not_none",

@@ -54,8 +54,9 @@ class SaveBatch:
     tickets: tuple[int, ...]
     sources: tuple[int, ...] | None
     #: Each row's state and each slot at most once, as the library built it: a pool
-    #: need not look again (STYLE 12). ``False`` for a batch made from the caller's columns.
-    distinct: bool = attrs.field(default=False, eq=False, repr=False)
+    #: need not look again (STYLE 12). ``False`` for a batch made from the caller's columns,
+    #: ``attrs.evolve`` included: it goes through ``__init__``, so a changed batch is checked.
+    distinct: bool = attrs.field(default=False, eq=False, repr=False, init=False)
 
     kind: ClassVar[str] = "save_batch"
 
@@ -101,8 +102,8 @@ class SaveBatch:
             tuple(positions),
             tuple(tickets),
             None if sources is None or set(sources) <= {LIVE} else tuple(sources),
-            distinct,
         )
+        object.__setattr__(batch, "distinct", distinct)
         return batch
 
     def __len__(self) -> int:
