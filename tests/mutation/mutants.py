@@ -189,30 +189,58 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(
         "ring_ticket_is_position",
         RING,
-        "    ticket = mint_ticket()\n",
+        "    ticket = tickets.mint_ticket()\n",
         "    ticket = token_position\n",
         RING_TESTS,
     ),
     _m(
         "ring_ticket_counter_per_ring",
         RING,
-        "    ticket = mint_ticket()\n",
+        "    ticket = tickets.mint_ticket()\n",
         "    ticket = max(ring._tickets, default=0) + 1\n",
         RING_TESTS,
     ),
     _m(
         "ring_ticket_blocks_overlap",  # a step's block of tickets overlaps the next mint's
         TICKETS,
-        "_mint_ticket = itertools.count(_BLOCK, _BLOCK).__next__",
-        "_mint_ticket = itertools.count(_BLOCK, 1).__next__",
+        "mint_ticket = itertools.count(_BLOCK, _BLOCK).__next__",
+        "mint_ticket = itertools.count(_BLOCK, 1).__next__",
         RING_TESTS,
     ),
     _m(
         "ring_ticket_blocks_floor",  # a batch of more than _BLOCK rows mints too few tickets
         TICKETS,
-        "blocks = [_mint_ticket() for _ in range(-(-count // _BLOCK))]",
-        "blocks = [_mint_ticket() for _ in range(count // _BLOCK)]",
+        "blocks = [mint_ticket() for _ in range(-(-count // _BLOCK))]",
+        "blocks = [mint_ticket() for _ in range(count // _BLOCK)]",
         RING_TESTS,
+    ),
+    _m(
+        "tickets_unpickled_counter_not_advanced",  # a fresh process mints the pickled tickets
+        TICKETS,
+        "    advance_past(max(high if type(high) is int else -1, newest()))",
+        "    None",
+        ("tests/test_pickle_tickets.py",),
+    ),
+    _m(
+        "tickets_advanced_onto_the_ticket",  # the counter's next mint is the ticket itself
+        TICKETS,
+        "itertools.count((ticket // _BLOCK + 1) * _BLOCK, _BLOCK)",
+        "itertools.count((ticket // _BLOCK) * _BLOCK, _BLOCK)",
+        ("tests/test_pickle_tickets.py",),
+    ),
+    _m(
+        "tickets_pickled_without_high_water",  # only the tickets the ring still keeps count
+        TICKETS,
+        "    state[_HIGH_WATER] = mint_ticket()",
+        "    state[_HIGH_WATER] = -1",
+        ("tests/test_pickle_tickets.py",),
+    ),
+    _m(
+        "ring_unpickled_ignores_its_tickets",  # a state pickled without a high water
+        RING,
+        "lambda: max(self._tickets, default=-1)",
+        "lambda: -1",
+        ("tests/test_pickle_tickets.py",),
     ),
     _m(
         "ring_ticket_single_block_strict",

@@ -149,15 +149,15 @@ CORE_MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "verify_accept_index_off_by_one",
         VERIFY,
-        "accept = SsmStateAccept(checked.seq, checked.accepted, mint_ticket())",
-        "accept = SsmStateAccept(checked.seq, checked.accepted + 1, mint_ticket())",
+        "accept = SsmStateAccept(checked.seq, checked.accepted, tickets.mint_ticket())",
+        "accept = SsmStateAccept(checked.seq, checked.accepted + 1, tickets.mint_ticket())",
         VERIFY_TESTS,
     ),
     mutant(
         "verify_batch_accepts_the_last_fed",
         VERIFY,
         "accepts = tuple(cast(SsmStateAccept, plan.effects[0]) for plan in plans)",
-        "accepts = tuple(SsmStateAccept(plan.seq, plan.fed - 1, mint_ticket()) for plan in plans)",
+        "accepts = tuple(SsmStateAccept(plan.seq, plan.fed - 1, tickets.mint_ticket()) for plan in plans)",
         VERIFY_TESTS,
     ),
     mutant(

@@ -839,7 +839,7 @@ MORE_MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "verify_accept_unticketed",
         "_core/verify.py",
-        "accept = SsmStateAccept(checked.seq, checked.accepted, mint_ticket())",
+        "accept = SsmStateAccept(checked.seq, checked.accepted, tickets.mint_ticket())",
         "accept = SsmStateAccept(checked.seq, checked.accepted)",
         ("tests/test_verify.py", "tests/test_fail_closed.py", GAPS),
     ),

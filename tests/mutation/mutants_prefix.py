@@ -285,14 +285,14 @@ PREFIX_MUTANTS: tuple[Mutant, ...] = (
     _x(
         "index_hold_pins_nothing",  # an agent's held answer end evicted while its tool ran
         INDEX,
-        "        live.pins += 1\n        hold = PrefixHold(entry, mint_ticket())\n",
-        "        hold = PrefixHold(entry, mint_ticket())\n",
+        "        live.pins += 1\n        hold = PrefixHold(entry, tickets.mint_ticket())\n",
+        "        hold = PrefixHold(entry, tickets.mint_ticket())\n",
     ),
     _x(
         "index_hold_is_a_use",
         INDEX,
-        "        live.pins += 1\n        hold = PrefixHold(entry, mint_ticket())\n",
-        "        live.pins += 1\n        self._order.touch(live)\n        hold = PrefixHold(entry, mint_ticket())\n",
+        "        live.pins += 1\n        hold = PrefixHold(entry, tickets.mint_ticket())\n",
+        "        live.pins += 1\n        self._order.touch(live)\n        hold = PrefixHold(entry, tickets.mint_ticket())\n",
     ),
     mutant(
         "sessions_agent_holds_nothing",
@@ -451,7 +451,7 @@ PREFIX_MUTANTS: tuple[Mutant, ...] = (
     _x(
         "index_place_same_ticket",
         INDEX,
-        "live = Live(PrefixEntry(length, slot, mint_ticket()), tuple(tokens[:length]))",
+        "live = Live(PrefixEntry(length, slot, tickets.mint_ticket()), tuple(tokens[:length]))",
         "live = Live(PrefixEntry(length, slot, slot + 1), tuple(tokens[:length]))",
     ),
     _x("index_drop_slot_not_freed", INDEX, "        self._free.append(live.entry.slot)\n", ""),

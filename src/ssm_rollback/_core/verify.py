@@ -28,7 +28,7 @@ import attrs
 from .._errors import InvalidArgumentError, OutOfOrderError, shown
 from .columns import as_list, flag_column, int_value, one_length, rings_for
 from .effects import SsmSnapshotSave, SsmStateAccept, trusted_save
-from .ring import SsmDecodeRing, mint_ticket, newest_position, record_rows
+from .ring import SsmDecodeRing, newest_position, record_rows, tickets
 from .rollback import check_ring
 from .save_batch import LIVE, SaveBatch
 
@@ -210,7 +210,7 @@ def _plan(checked: _Checked, recorded: list[tuple[int, int, int, int]]) -> Verif
     end = checked.first + checked.accepted
     if not replay or replay[-1].through < end:
         replay.append(ReplaySegment(end, None))
-    accept = SsmStateAccept(checked.seq, checked.accepted, mint_ticket())
+    accept = SsmStateAccept(checked.seq, checked.accepted, tickets.mint_ticket())
     return VerifyPlan(
         checked.seq,
         checked.first,

@@ -17,6 +17,7 @@ from typing import Final, final
 import attrs
 
 from .._core.columns import as_list, int_column, one_length
+from .._core.ring import tickets
 from .._errors import InvalidArgumentError, check_non_negative_int, grouped, shown
 from ._batch_rules import replayed
 from ._batch_values import IndexTable, Names
@@ -129,6 +130,20 @@ class SlotTags(SharedChecks):
                 f"can hold, got {grouped(self._slots_per_sequence)} * "
                 f"{grouped(self._num_sequences)} = {grouped(count)}"
             ) from None
+
+    def __getstate__(self) -> object:
+        return tickets.pickled_state(self)
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        # A pool unpickled in another process: tickets minted there from now on are newer
+        # than every one its slots hold, so rule 6 takes the next save and no restore
+        # matches a slot it did not save.
+        tickets.restore_pickled(self, state, self._newest_held)
+
+    def _newest_held(self) -> int:
+        """The largest ticket any slot or row holds (-1: none)."""
+        kept = (self._tickets, self._shared_tickets, self._accepted_tickets)
+        return max((t for column in kept for t in column if t is not None), default=-1)
 
     def __repr__(self) -> str:
         held = sum(tag is not None for tag in self._tickets)

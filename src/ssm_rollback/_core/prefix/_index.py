@@ -80,7 +80,7 @@ from ..._errors import (
 )
 from ..columns import int_column
 from ..effects import SsmPrefixRestore, SsmPrefixSave
-from ..ring import mint_ticket
+from ..ring import tickets
 from ._eviction import EVICTIONS, Eviction, EvictionOrder, Live
 from ._trie import Trie
 from ._values import PrefillChunk, PrefillPlan, PrefixEntry, PrefixHit, PrefixHold, PrefixStats
@@ -139,6 +139,19 @@ class PrefixSnapshotIndex:
             )
         self._order = EvictionOrder(self._eviction, self._capacity, self._by_slot)
         self._stats = dict.fromkeys(attrs.fields_dict(PrefixStats), 0)
+
+    def __getstate__(self) -> object:
+        return tickets.pickled_state(self)
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        # Unpickled in another process, the index mints tickets newer than every one the
+        # pickling process minted: a new entry never takes the ticket its slot still holds.
+        tickets.restore_pickled(self, state, self._newest_ticket)
+
+    def _newest_ticket(self) -> int:
+        """The largest ticket the index keeps: its entries', its plans' and holds', the gone."""
+        held = [live.entry.ticket for live in self._by_slot.values()]
+        return max([*held, *self._plans, *self._gone], default=-1)
 
     @property
     def capacity(self) -> int:
@@ -247,7 +260,7 @@ class PrefixSnapshotIndex:
             save = SsmPrefixSave(seq, e.slot, e.length, e.ticket)
             chunks.append(PrefillChunk(e.length, save))
         chunks.append(PrefillChunk(len(token_list), None))
-        plan = PrefillPlan(seq, hit, start, tuple(chunks), mint_ticket())
+        plan = PrefillPlan(seq, hit, start, tuple(chunks), tickets.mint_ticket())
         self._plans[plan.pin] = (plan, tuple(pinned))
         return plan
 
@@ -261,7 +274,7 @@ class PrefixSnapshotIndex:
         """
         live = self._live(entry)
         live.pins += 1
-        hold = PrefixHold(entry, mint_ticket())
+        hold = PrefixHold(entry, tickets.mint_ticket())
         self._plans[hold.pin] = (hold, (live,))
         return hold
 
@@ -362,7 +375,7 @@ class PrefixSnapshotIndex:
             slot = self._free.pop()
         else:  # a free slot was never used: the lowest of those is next
             slot, self._fresh = self._fresh, self._fresh + 1
-        live = Live(PrefixEntry(length, slot, mint_ticket()), tuple(tokens[:length]))
+        live = Live(PrefixEntry(length, slot, tickets.mint_ticket()), tuple(tokens[:length]))
         live.uses = self._order.uses_of(live.tokens)
         self._trie.put(tokens, length, live)
         self._by_slot[slot] = live

@@ -8,6 +8,7 @@ this package reads a ring's private fields.
 
 from __future__ import annotations
 
+from . import _tickets as tickets
 from ._ring import (
     SsmDecodeRing,
     SsmRingEntry,
@@ -16,15 +17,14 @@ from ._ring import (
     record_ticketed,
 )
 from ._rows import RowNames, record_rows
-from ._tickets import mint_ticket
 
 __all__ = [
     "RowNames",
     "SsmDecodeRing",
     "SsmRingEntry",
-    "mint_ticket",
     "newest_first",
     "newest_position",
     "record_rows",
     "record_ticketed",
+    "tickets",
 ]

@@ -68,7 +68,7 @@ from ..._errors import (
     check_non_negative_int,
     shown,
 )
-from ._tickets import mint_ticket
+from . import _tickets as tickets
 
 __all__ = [
     "SsmDecodeRing",
@@ -127,6 +127,14 @@ class SsmDecodeRing:
     _cursor: int = attrs.field(init=False, default=0)
     # The newest live position (-1 when none): the order check of rule 3.
     _newest: int = attrs.field(init=False, default=-1)
+
+    def __getstate__(self) -> object:
+        return tickets.pickled_state(self)
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        # Tickets minted here from now on are newer than every one the pickling process
+        # minted, this ring's and its pool's slots' alike (rule 10 across processes).
+        tickets.restore_pickled(self, state, lambda: max(self._tickets, default=-1))
 
     @property
     def capacity(self) -> int:
@@ -340,7 +348,7 @@ def record_ticketed(ring: SsmDecodeRing, token_position: int) -> tuple[int, int]
     slot = ring._cursor
     ring._cursor = slot + 1 if slot + 1 < capacity else 0
     ring._newest = token_position
-    ticket = mint_ticket()
+    ticket = tickets.mint_ticket()
     # Rule 5: the slot's owner, whoever it is, is overwritten with it.
     try:
         ring._positions[slot] = token_position

@@ -3,13 +3,23 @@
 Every ``record``, batched row, accept and prefix placement mints its ticket
 here; a pool restores a slot only when the slot holds exactly the ticket the
 restore carries.
+
+An object that holds tickets (a ring, a prefix index, a pool's tags) carries
+the counter's high water when pickled, and unpickling it moves this process's
+counter past it (``pickled_state`` / ``restore_pickled``). Without that, a
+ring or index unpickled in a fresh process would mint the tickets its pool's
+slots already hold, and a restore would take another record's state.
 """
 
 from __future__ import annotations
 
 import itertools
+import threading
+from collections.abc import Callable, Mapping
 
-__all__ = ["mint_ticket", "mint_tickets"]
+import attrs
+
+__all__ = ["advance_past", "mint_ticket", "mint_tickets", "pickled_state", "restore_pickled"]
 
 # Rule 10: one counter for the process, so no two records anywhere share a
 # ticket. ``next`` on an ``itertools.count`` is atomic under the GIL. Each call
@@ -18,15 +28,52 @@ __all__ = ["mint_ticket", "mint_tickets"]
 # with one call instead of one per row. Later calls give larger tickets, so a
 # ring's tickets still ascend with its positions.
 _BLOCK = 1 << 16
-_mint_ticket = itertools.count(_BLOCK, _BLOCK).__next__
-#: One fresh ticket (the first of a fresh block).
-mint_ticket = _mint_ticket
+#: One fresh ticket (the first of a fresh block). Rebound by ``advance_past``, so other
+#: modules call it as ``_tickets.mint_ticket()``, never through a name they imported.
+mint_ticket = itertools.count(_BLOCK, _BLOCK).__next__
+_advancing = threading.Lock()
+#: The key of the high water in a pickled object's state.
+_HIGH_WATER = "__ticket_high_water__"
 
 
 def mint_tickets(count: int) -> range | list[int]:
     """``count`` fresh tickets, ascending."""
     if count <= _BLOCK:
-        first = _mint_ticket()
+        first = mint_ticket()
         return range(first, first + count)
-    blocks = [_mint_ticket() for _ in range(-(-count // _BLOCK))]
+    blocks = [mint_ticket() for _ in range(-(-count // _BLOCK))]
     return [block + i for block in blocks for i in range(_BLOCK)][:count]
+
+
+def advance_past(ticket: int) -> None:
+    """Make every ticket this process mints from now on larger than ``ticket``.
+
+    Nothing changes when the counter is past it already (the usual case: the
+    ticket was minted here). An unpickling that races a mint in another thread
+    may let that one mint come from the old counter; pickle while no other
+    thread records.
+    """
+    global mint_ticket
+    with _advancing:
+        if mint_ticket() > ticket:  # uses up one block: harmless
+            return
+        mint_ticket = itertools.count((ticket // _BLOCK + 1) * _BLOCK, _BLOCK).__next__
+
+
+def pickled_state(holder: attrs.AttrsInstance) -> dict[str, object]:
+    """An attrs object's fields for ``__getstate__``, with the counter's high water: a ticket
+    above every ticket minted in this process so far (it uses up one block)."""
+    state = {field.name: getattr(holder, field.name) for field in attrs.fields(type(holder))}
+    state[_HIGH_WATER] = mint_ticket()
+    return state
+
+
+def restore_pickled(holder: object, state: Mapping[str, object], newest: Callable[[], int]) -> None:
+    """``__setstate__``: the fields back, then the counter moved past the pickling process's
+    high water, and past ``newest()``, the largest ticket the holder keeps (for a state
+    pickled without a high water)."""
+    high = state.get(_HIGH_WATER, -1)
+    for name, value in state.items():
+        if name != _HIGH_WATER:
+            object.__setattr__(holder, name, value)
+    advance_past(max(high if type(high) is int else -1, newest()))
