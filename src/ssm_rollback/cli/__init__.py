@@ -66,8 +66,12 @@ def _version() -> str:
 _PARAMETER: Final = re.compile(r"'(\w+)'(?: \(the (--[\w-]+) flag\))?")
 
 
-# A parameter named further on: a name with an underscore, as a word ("free_bytes is 10").
-_NAMED: Final = re.compile(r"\b[a-z]+(?:_[a-z]+)+\b")
+# A parameter named further on: a name with an underscore, as a word ("free_bytes is 10"),
+# not part of a path or a file name. Quoted text is the user's own (a path, a value, a key
+# of their file), kept as it is: the first alternative matches it whole.
+_NAMED: Final = re.compile(
+    r"""'[^']*'|"[^"]*"|(?<![\w/.-])[a-z]+(?:_[a-z]+)+(?![\w/-]|\.\w)"""
+)
 
 
 def flag_message(error: SsmRollbackError, flags: Mapping[str, str], source: str | None) -> str:
@@ -78,7 +82,7 @@ def flag_message(error: SsmRollbackError, flags: Mapping[str, str], source: str 
     match = _PARAMETER.match(message)
     if match is not None and match[1] in flags:
         message = flags[match[1]] + message[match.end() :]
-    return _NAMED.sub(lambda m: flags.get(m[0], m[0]), message)
+    return _NAMED.sub(lambda m: flags.get(m[0], m[0]), message)  # a quote maps to itself
 
 
 def _run(args: argparse.Namespace, out: TextIO) -> int:
