@@ -254,6 +254,38 @@ def test_a_trace_folder_or_missing_trace_names_the_flag(
     assert "--trace: " in refused(capsys, "simulate", "--trace", str(tmp_path / "none"))
 
 
+def test_a_path_or_trace_key_spelt_like_a_parameter_is_quoted_as_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Parameter names become flags only where the message names a parameter: a folder
+    called ``free_bytes`` or a trace key ``boundary_rate`` was shown as ``--free-memory``."""
+    missing = tmp_path / "free_bytes" / "config.json"
+    line = refused(capsys, "plan", "--config", str(missing), "--free-memory", "1GiB")
+    assert f"'{missing}'" in line
+    folder = tmp_path / "tp_size"
+    folder.mkdir()
+    line = refused(capsys, "plan", "--config", str(folder), "--free-memory", "1GiB")
+    assert str(folder / "config.json") in line
+    trace = tmp_path / "rollback_rate.jsonl"
+    trace.write_text('{"seq": 0, "event": "token", "boundary_rate": 1}\n')
+    line = refused(capsys, "simulate", "--trace", str(trace))
+    assert f"{trace}:1:" in line
+    assert line.endswith("got 'boundary_rate'")
+    assert "--" not in line.split("--trace: ", 1)[1]
+
+
+def test_a_parameter_named_in_the_text_still_becomes_its_flag() -> None:
+    from ssm_rollback._errors import InvalidArgumentError
+    from ssm_rollback.cli import flag_message
+
+    flags = {"free_bytes": "--free-memory", "tp_size": "--tp"}
+    error = InvalidArgumentError("'tp_size' must divide 8, and free_bytes is 10 (see 'tp_size')")
+    shown = flag_message(error, flags, None)
+    assert shown == "--tp must divide 8, and --free-memory is 10 (see 'tp_size')"
+    path = InvalidArgumentError("cannot read /x/free_bytes/a.json or free_bytes.json: gone")
+    assert flag_message(path, flags, None) == str(path)
+
+
 # -- --plot ---------------------------------------------------------------------------------
 
 
@@ -276,6 +308,10 @@ def test_a_plot_in_a_missing_folder_is_refused_before_simulating(
     assert "error: --plot: folder" in line
     assert "does not exist" in line
     assert "is a folder" in refused(capsys, "simulate", "--plot", str(tmp_path))
+    dangling = tmp_path / "dangling.png"  # written through: its target's folder is missing
+    dangling.symlink_to(tmp_path / "gone" / "plot.png")
+    line = refused(capsys, "simulate", "--plot", str(dangling))
+    assert f"error: --plot: folder '{tmp_path / 'gone'}' does not exist" in line
 
 
 @pytest.mark.usefixtures("no_replay")
@@ -367,6 +403,39 @@ def test_a_closed_stdout_is_one_line_not_a_traceback() -> None:
     assert (
         done.stderr
         == "ssm-rollback ring: error: cannot write the output: standard output is closed\n"
+    )
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full here")
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], ["plan", "--help"]])
+def test_help_or_version_that_cannot_be_written_is_an_error(argv: list[str]) -> None:
+    """argparse drops a failed write of --help or --version: the run said nothing, exit 0."""
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "ssm_rollback", *argv],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            check=False,
+        )
+    assert (done.returncode, done.stderr) == (
+        1,
+        "ssm-rollback: error: cannot write the output: No space left on device\n",
+    )
+    closed = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import os, sys; os.close(1); from ssm_rollback.cli import main; "
+            f"sys.stdout = None; sys.exit(main({argv!r}))",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        check=False,
+    )
+    assert (closed.returncode, closed.stderr) == (
+        1,
+        "ssm-rollback: error: cannot write the output: standard output is closed\n",
     )
 
 

@@ -11,15 +11,19 @@ later into the same, with the library's parameter names replaced by flags.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import re
 import sys
-from collections.abc import Mapping, Sequence
-from typing import Final, NoReturn, TextIO
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Final, NoReturn, TextIO
 
 from .._errors import SsmRollbackError
 from . import demo, plan, ring, simulate
 from ._common import one_line, parse_size
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 __all__ = ["main", "parse_size"]
 
@@ -35,6 +39,17 @@ OUTPUT_ERROR: Final = 1
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         super().error(one_line(message))
+
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
+        # argparse drops a failed write; --help and --version on stdout are the output, so
+        # one that cannot be written (a full disk, a closed pipe) must say so (``_written``).
+        # Only they pass no file: stdout, or None where stdout was closed (``>&-``).
+        if message and file is None:
+            raise OSError(errno.EBADF, "standard output is closed")
+        if message and file is sys.stdout:
+            file.write(message)
+        else:
+            super()._print_message(message, file)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -69,9 +84,7 @@ _PARAMETER: Final = re.compile(r"'(\w+)'(?: \(the (--[\w-]+) flag\))?")
 # A parameter named further on: a name with an underscore, as a word ("free_bytes is 10"),
 # not part of a path or a file name. Quoted text is the user's own (a path, a value, a key
 # of their file), kept as it is: the first alternative matches it whole.
-_NAMED: Final = re.compile(
-    r"""'[^']*'|"[^"]*"|(?<![\w/.-])[a-z]+(?:_[a-z]+)+(?![\w/-]|\.\w)"""
-)
+_NAMED: Final = re.compile(r"""'[^']*'|"[^"]*"|(?<![\w/.-])[a-z]+(?:_[a-z]+)+(?![\w/-]|\.\w)""")
 
 
 def flag_message(error: SsmRollbackError, flags: Mapping[str, str], source: str | None) -> str:
@@ -98,18 +111,40 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Run the console script; returns the process exit status (2: a usage error)."""
-    try:
-        args = _parser().parse_args(argv)
-    except SystemExit as exit:  # argparse has printed the usage error, or --help
-        return exit.code if isinstance(exit.code, int) else USAGE_ERROR
+    parsed: list[argparse.Namespace] = []
+    exited: list[int] = []
+
+    def parse() -> None:
+        try:
+            parsed.append(_parser().parse_args(argv))
+        except SystemExit as exit:  # argparse has printed the usage error, or --help
+            exited.append(exit.code if isinstance(exit.code, int) else USAGE_ERROR)
+            if exit.code == 0 and out is None and sys.stdout is not None:
+                sys.stdout.flush()  # --help, --version: the output, written or not
+
+    status = _written(PROG, parse, 0)
+    if status or not parsed:
+        return status or exited[0]
+    args = parsed[0]
     if out is not None:
         return _run(args, out)
     if sys.stdout is None:  # started with stdout closed (`>&-`): nowhere to write the output
         _say(f"{PROG} {args.command}: error: cannot write the output: standard output is closed")
         return OUTPUT_ERROR
-    try:
+    status = 0
+
+    def run() -> None:
+        nonlocal status
         status = _run(args, sys.stdout)
         sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+
+    return _written(f"{PROG} {args.command}", run, lambda: status)
+
+
+def _written(who: str, write: Callable[[], object], status: int | Callable[[], int]) -> int:
+    """Run ``write``, which writes to stdout; its exit status, or the output error's."""
+    try:
+        write()
     except BrokenPipeError:
         # The reader (`| head`) has gone: exit without a traceback.
         _silence_stdout()
@@ -117,13 +152,15 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     except OSError as error:  # a full disk (/dev/full), an I/O error: one line, not a traceback
         _silence_stdout()
         reason = error.strerror or type(error).__name__
-        _say(f"{PROG} {args.command}: error: cannot write the output: {reason}")
+        _say(f"{who}: error: cannot write the output: {reason}")
         return OUTPUT_ERROR
-    return status
+    return status() if callable(status) else status
 
 
 def _silence_stdout() -> None:
     """Point stdout at devnull, so the interpreter's own final flush cannot fail again."""
+    if sys.stdout is None:  # closed from the start: nothing to flush
+        return
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
 

@@ -24,7 +24,9 @@ def check_plot(path: str) -> None:
         raise FlagError("--plot", "needs matplotlib: pip install 'ssm-rollback[plot]'")
     if not path:
         raise FlagError("--plot", "must name a file, got ''")
-    folder = Path(path).parent
+    # A symlink is written through: its target's folder is the one that must exist (a
+    # dangling link into a missing folder failed only after the simulation).
+    folder = Path(os.path.realpath(path) if os.path.islink(path) else path).parent
     # os.path.isdir: Path.is_dir raises for a name too long or with a NUL in it.
     if not os.path.isdir(folder):
         raise FlagError("--plot", f"folder {shown(str(folder))} does not exist")
