@@ -187,6 +187,27 @@ def test_malformed_dicts_raise_clear_errors(bad: object, message: str) -> None:
         effect_from_dict(bad)  # type: ignore[arg-type]
 
 
+def test_a_kind_that_is_no_str_or_a_key_whose_repr_raises_is_refused_by_name() -> None:
+    """An array as the kind (its ``==`` is no bool) or a key whose ``__repr__`` raises leaked
+    a ValueError or the key's own error."""
+
+    class Array:
+        def __eq__(self, other: object) -> bool:
+            raise ValueError("the truth value of an array is ambiguous")
+
+        __hash__ = None  # type: ignore[assignment]
+
+    class Loud:
+        def __repr__(self) -> str:
+            raise RuntimeError("no repr")
+
+    base = SsmSnapshotRestore(1, 2, 3, 4).to_dict()
+    with pytest.raises(InvalidArgumentError, match=r"'d\[\"kind\"\]' must be one of .*Array"):
+        effect_from_dict({**base, "kind": Array()})
+    with pytest.raises(InvalidArgumentError, match=r"unexpected \[a Loud whose repr\(\) raised"):
+        effect_from_dict({**base, Loud(): 1})  # type: ignore[dict-item]
+
+
 def test_a_dict_with_a_key_its_kind_does_not_have_is_refused() -> None:
     extra = {**SsmSnapshotRestore(1, 2, 3, 4).to_dict(), "source": None}
     with pytest.raises(InvalidArgumentError, match=r"unexpected \['source'\]"):

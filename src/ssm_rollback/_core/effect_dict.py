@@ -59,10 +59,10 @@ def _keys(d: Mapping[str, object], fields: tuple[str, ...]) -> None:
     keys = set(d) - {"kind"}
     if keys != set(fields):
         missing = sorted(set(fields) - keys)
-        extra = sorted(keys - set(fields), key=repr)  # keys of any type: ordered by repr
+        extra = sorted(map(shown, keys - set(fields)))  # keys of any type, as shown
         raise InvalidArgumentError(
             f"'d' must have exactly the keys 'kind', {', '.join(map(repr, fields))}; "
-            f"missing {missing}, unexpected {extra}"
+            f"missing {missing}, unexpected [{', '.join(extra)}]"
         )
 
 
@@ -115,6 +115,10 @@ def effect_from_dict(d: Mapping[str, object]) -> Effect:
             f"{type(error).__name__}: {error}"
         ) from error
     kind = d.get("kind")
+    if type(kind) is not str or kind not in _KINDS:  # an array's == is no bool: not compared
+        raise InvalidArgumentError(
+            f"'d[\"kind\"]' must be one of {sorted(_KINDS)}, got {shown(kind)}"
+        )
     if kind == SsmSnapshotSave.kind:
         _keys(d, (*_SNAPSHOT_FIELDS, "source"))
         seq, slot, position, ticket = _ints(d, _SNAPSHOT_FIELDS)
@@ -130,8 +134,6 @@ def effect_from_dict(d: Mapping[str, object]) -> Effect:
         return SsmStateAccept(seq, index, accepted)
     if kind == SaveBatch.kind:
         return _save_batch(d)
-    if kind in (SsmPrefixSave.kind, SsmPrefixRestore.kind):
-        _keys(d, _PREFIX_FIELDS)
-        prefix = SsmPrefixSave if kind == SsmPrefixSave.kind else SsmPrefixRestore
-        return prefix(*_ints(d, _PREFIX_FIELDS))
-    raise InvalidArgumentError(f"'d[\"kind\"]' must be one of {sorted(_KINDS)}, got {shown(kind)}")
+    _keys(d, _PREFIX_FIELDS)  # the two prefix kinds are left
+    prefix = SsmPrefixSave if kind == SsmPrefixSave.kind else SsmPrefixRestore
+    return prefix(*_ints(d, _PREFIX_FIELDS))
