@@ -104,6 +104,12 @@ def test_too_big_a_synthetic_trace_is_refused_before_it_is_built(
 ) -> None:
     line = refused(capsys, "simulate", "--sequences", "100000", "--tokens", "100000")
     assert "--sequences x --tokens must be at most" in line
+    # Within the token cap, but a sequence costs about five tokens: it ran for minutes.
+    line = refused(capsys, "simulate", "--sequences", "10000000", "--tokens", "1")
+    assert line.endswith(
+        "error: --sequences: must be at most 2,000,000 (each is a ring of its own, replayed at "
+        "every depth), got 10,000,000"
+    )
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ import sys
 from typing import TYPE_CHECKING, Final, TextIO
 
 from .._apps.decode_trace import MAX_SPEC_TOKENS
-from .._errors import InvalidArgumentError, shown
+from .._errors import InvalidArgumentError, grouped, shown
 from . import _prefix_sim
 from ._common import FlagError, human, int_flag, one_line, progress_bar, rate_flag
 from ._files import MAX_TRACE_BYTES, read_file
@@ -20,10 +20,14 @@ from ._plot import check_plot, plot_depths
 if TYPE_CHECKING:
     from .._apps.decode_trace import TraceEvent
 
-__all__ = ["DEFAULT_ACCEPT_RATE", "MAX_EVENTS", "add_parser", "run"]
+__all__ = ["DEFAULT_ACCEPT_RATE", "MAX_EVENTS", "MAX_SEQUENCES", "add_parser", "run"]
 
 #: Synthetic traces are built in memory: --sequences x --tokens at most this.
 MAX_EVENTS: Final = 10_000_000
+#: And --sequences at most this: a sequence (its ring, its finish) costs about what five
+#: tokens do, so 10,000,000 one-token sequences ran five times as long as the token cap's
+#: 10,000,000 tokens (24 s and 1.4 GB per depth at 2,000,000).
+MAX_SEQUENCES: Final = MAX_EVENTS // 5
 #: --accept-rate when --spec-tokens is given without it.
 DEFAULT_ACCEPT_RATE: Final = 0.7
 #: Snapshot bytes one sequence may need at most: the bound sizing puts on a config too.
@@ -285,6 +289,12 @@ def _events(args: argparse.Namespace) -> tuple[list[TraceEvent], str]:
             return parse_trace(data, path), f"trace {one_line(path)}"
         except InvalidArgumentError as error:
             raise FlagError("--trace", str(error)) from None
+    if args.sequences > MAX_SEQUENCES:
+        raise FlagError(
+            "--sequences",
+            f"must be at most {MAX_SEQUENCES:,} (each is a ring of its own, replayed at every "
+            f"depth), got {grouped(args.sequences)}",
+        )
     if args.sequences * args.tokens > MAX_EVENTS:
         raise FlagError(
             "--sequences",
