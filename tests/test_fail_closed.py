@@ -229,6 +229,21 @@ def test_a_save_batch_column_generator_that_raises_is_named() -> None:
         SaveBatch(seqs(), [0], [1], [1])
 
 
+def test_a_column_sequence_that_fails_to_read_is_named() -> None:
+    """A list subclass or a sequence whose iteration raises leaked its own error."""
+
+    class Lost(list[int]):
+        def __iter__(self) -> Iterator[int]:
+            raise RuntimeError("lost the row table")
+
+    with pytest.raises(InvalidArgumentError, match=r"'seqs' .*reading it raised RuntimeError"):
+        SaveBatch(Lost([0]), [0], [1], [1])
+    rings = [SsmDecodeRing(1)]
+    with pytest.raises(InvalidArgumentError, match=r"'positions' .*reading it raised"):
+        snapshot_boundaries(rings, positions=Lost([1]), is_boundary=[True], in_thinking=[False])
+    assert rings[0].entries == ()
+
+
 def test_a_steps_saves_applied_twice_are_refused_and_copy_nothing() -> None:
     """A verify step's saves applied again after the intermediate buffer changed: before, the
     slot kept its tag but took other state, and a later rollback restored it."""

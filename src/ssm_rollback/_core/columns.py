@@ -68,7 +68,13 @@ def as_list(name: str, values: object, what: str = "values") -> tuple[list[objec
             f"tolist()), got {type(values).__name__}"
         )
     if type(values) is not list:
-        return list(values), None
+        try:
+            return list(values), None
+        except Exception as error:  # a sequence that fails to read: named as ours
+            raise InvalidArgumentError(
+                f"'{name}' must be a sequence of {what}, but reading it raised "
+                f"{type(error).__name__}: {error}"
+            ) from error
     return values, known
 
 
