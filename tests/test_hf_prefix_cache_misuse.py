@@ -23,9 +23,21 @@ from transformers import DynamicCache, PretrainedConfig
 from transformers.cache_utils import Cache, LinearAttentionCacheLayerMixin
 from transformers.utils import logging as hf_logging
 
-from ssm_rollback import InvalidArgumentError, PrefixEntry
+from ssm_rollback import (
+    InvalidArgumentError,
+    PrefixEntry,
+    SsmDecodeRing,
+    SsmSnapshotRestore,
+    SsmSnapshotSave,
+    apply_effects,
+)
 from ssm_rollback._errors import InvalidArgumentTypeError
-from ssm_rollback.integrations.transformers import HybridPrefixCache, PrefixCacheReport
+from ssm_rollback.integrations.transformers import (
+    HybridCacheSnapshotPool,
+    HybridPrefixCache,
+    PrefixCacheReport,
+    crop_attention,
+)
 from ssm_rollback.testing import tiny_model
 
 hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
@@ -277,3 +289,62 @@ def test_a_models_own_generate_cache_is_stored(model_type: str) -> None:
     prefixes = HybridPrefixCache(m, max_bytes=BIG)
     assert prefixes.publish_generated(out, cache) == 12 + NEW - 1
     prefixes.check_valid()
+
+
+# -- a cache whose recurrent state and attention stand after different tokens ------------------
+
+
+def test_a_cache_cropped_without_its_snapshot_is_refused_with_nothing_stored() -> None:
+    """``crop_attention`` winds the KV and the token counts back and leaves the recurrent
+    state: ``publish_state`` read only the counts, stored the state after 14 tokens as the
+    prefix of 12, and a later hit decoded other tokens than ``generate``."""
+    m = model(M)
+    out, cache = generated(m, torch.tensor([randoms(12, 2)]))  # stands after 12 + NEW - 1
+    prefixes = served()
+    before = state(prefixes)
+    crop_attention(cache, 12)
+    behind = r"recurrent state after 14 tokens and attention after 12: .*nothing stored"
+    with pytest.raises(InvalidArgumentError, match=behind):
+        prefixes.publish_state(out[0, :12], cache)
+    with pytest.raises(InvalidArgumentError, match=behind):
+        prefixes.publish_generated(out[:, :13], cache)
+    assert state(prefixes) == before
+
+
+@pytest.mark.parametrize("restore_first", [True, False], ids=["restore-crop", "crop-restore"])
+def test_a_cache_rolled_back_by_a_restore_and_a_crop_is_stored_and_hits_exactly(
+    restore_first: bool,
+) -> None:
+    """A rollback restores the snapshot and crops the KV, in either order: then it is taken,
+    and a hit on it gives ``generate``'s tokens. Half way, it is refused."""
+    m = model(M)
+    config = m.config
+    assert isinstance(config, PretrainedConfig)
+    prompt = torch.tensor([randoms(12, 2)])
+    cache = DynamicCache(config=config)
+    with torch.no_grad():
+        m(prompt, cache=cache)
+    pool = HybridCacheSnapshotPool(cache, 1)
+    ring = SsmDecodeRing(1)
+    ring.record(12)
+    entry = ring.entry_for(12)
+    assert entry is not None
+    apply_effects(pool, [SsmSnapshotSave(0, entry.snapshot_slot, 12, entry.ticket)], [ring])
+    with torch.no_grad():
+        m(torch.tensor([[4, 5, 6]]), cache=cache)  # on to 15 tokens
+    restore = SsmSnapshotRestore(0, entry.snapshot_slot, 12, entry.ticket)
+    prefixes = HybridPrefixCache(m, max_bytes=BIG)
+    if restore_first:
+        pool.restore([restore])
+        with pytest.raises(InvalidArgumentError, match="recurrent state after 12 tokens and "):
+            prefixes.publish_state([*prompt[0].tolist(), 4, 5, 6], cache)
+        crop_attention(cache, 12)
+    else:
+        crop_attention(cache, 12)
+        with pytest.raises(InvalidArgumentError, match="recurrent state after 15 tokens and "):
+            prefixes.publish_state(prompt[0], cache)
+        pool.restore([restore])
+    assert prefixes.entries() == ()
+    assert prefixes.publish_state(prompt[0], cache) == 12
+    follow_up = torch.cat([prompt, torch.tensor([[7, 8]])], dim=1)
+    assert torch.equal(generated_from(prefixes, follow_up), generated(m, follow_up)[0])

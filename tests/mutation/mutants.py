@@ -1450,8 +1450,8 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(
         "hf_crop_checks_interleaved",
         HF_MOD,
-        "    plans = [_crop_plan(idx, layer, length) for idx, layer in enumerate(cache_layers(cache))]",
-        "    plans = (_crop_plan(idx, layer, length) for idx, layer in enumerate(cache_layers(cache)))",
+        "    plans = [_crop_plan(idx, layer, length) for idx, layer in enumerate(layers)]",
+        "    plans = (_crop_plan(idx, layer, length) for idx, layer in enumerate(layers))",
         HF,
         select=HF_SELECT,
     ),
@@ -1530,8 +1530,8 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(
         "hf_save_skips_cache_check",
         HF_POOL_MOD,
-        "        self._check_unchanged()\n        return self._pool.save(saves)",
-        "        return self._pool.save(saves)",
+        "        self._check_unchanged()\n        if not isinstance(saves, SaveBatch | Sequence):",
+        "        if not isinstance(saves, SaveBatch | Sequence):",
         HF,
         select=HF_SELECT,
     ),

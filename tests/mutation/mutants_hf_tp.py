@@ -224,6 +224,44 @@ HF_TP_MUTANTS: tuple[Mutant, ...] = (
         "-k",
         "zero",
     ),
+    # -- a cache whose recurrent state and attention stand after different tokens ------------
+    *(
+        mutant(
+            name,
+            module,
+            original,
+            replacement,
+            ("tests/test_hf_prefix_cache_misuse.py",),
+            "-k",
+            "cropped or rolled_back",
+        )
+        for name, module, original, replacement in (
+            (
+                "hf_crop_leaves_no_offset",
+                "integrations/_hf/crop.py",
+                "        moved_attention(cache, held - length)",
+                "        pass",
+            ),
+            (
+                "hf_restore_leaves_the_offset",
+                "integrations/_hf/cache_pool.py",
+                "            recurrent_offset.restored(self._cache, restore.seq, length)",
+                "            pass",
+            ),
+            (
+                "hf_publish_ignores_the_offset",
+                "integrations/_hf/prefix_cache.py",
+                "        if behind:  # crop_attention",
+                "        if False:  # crop_attention",
+            ),
+            (
+                "hf_restore_offset_sign_flipped",
+                "integrations/_hf/recurrent_offset.py",
+                "    held.rows[row] = recurrent_length - attention_length(cache)",
+                "    held.rows[row] = attention_length(cache) - recurrent_length",
+            ),
+        )
+    ),
     # -- the agreement check's scheduler answer -----------------------------------------------
     _a(
         "agreement_retire_ignores_tickets",  # retires an entry whose ticket no rank disputes

@@ -22,6 +22,7 @@ from ... import SaveBatch, SsmSnapshotRestore, SsmSnapshotSave
 from ..._errors import InvalidArgumentError, InvalidArgumentTypeError, check_non_negative_int, shown
 from ...backends.torch import TorchSnapshotPool
 from ...pool import SaveOutcome
+from . import recurrent_offset
 
 __all__ = ["HybridCacheSnapshotPool", "cache_layers"]
 
@@ -117,6 +118,8 @@ class HybridCacheSnapshotPool:
                     f"got {shown(expected)}"
                 )
         self._cache = cache
+        #: The tokens each saved slot's state stands after (``recurrent_offset``).
+        self._lengths: dict[tuple[int, int], int] = {}
         self._refs = tuple(refs)
         self._pool = TorchSnapshotPool([ref.tensor for ref in refs], slots_per_sequence)
 
@@ -155,12 +158,23 @@ class HybridCacheSnapshotPool:
     def save(self, saves: Sequence[SsmSnapshotSave] | SaveBatch, /) -> SaveOutcome:
         """Snapshot each save's row of every recurrent state tensor into its slot."""
         self._check_unchanged()
-        return self._pool.save(saves)
+        if not isinstance(saves, SaveBatch | Sequence):  # an iterator: read once, here
+            saves = list(saves)
+        outcome = self._pool.save(saves)
+        length = recurrent_offset.attention_length(self._cache)
+        for save in saves:  # after every row's tokens: what a restore puts back
+            self._lengths[save.seq, save.slot] = length + recurrent_offset.offset(
+                self._cache, save.seq
+            )
+        return outcome
 
     def restore(self, restores: Sequence[SsmSnapshotRestore], /) -> None:
         """Put each restore's snapshot back into the cache's recurrent state of its row."""
         self._check_unchanged()
         self._pool.restore(restores)
+        for restore in restores:  # the pool took it: the slot was saved here
+            length = self._lengths[restore.seq, restore.slot]
+            recurrent_offset.restored(self._cache, restore.seq, length)
 
     def stored_position(self, seq: int, slot: int) -> int | None:
         """The position snapshot ``(seq, slot)`` holds, or ``None``."""

@@ -22,6 +22,7 @@ from transformers.cache_utils import (
 
 from ..._errors import InvalidArgumentError, check_non_negative_int, shown
 from .cache_pool import cache_layers
+from .recurrent_offset import attention_length, moved_attention
 
 __all__ = ["crop_attention", "plan_crop_attention"]
 
@@ -43,12 +44,16 @@ def crop_attention(cache: Cache, length: int) -> None:
 def plan_crop_attention(cache: Cache, length: int) -> Callable[[], None]:
     """Check ``crop_attention(cache, length)`` without changing anything; the crop to run."""
     length = check_non_negative_int("length", length)
-    plans = [_crop_plan(idx, layer, length) for idx, layer in enumerate(cache_layers(cache))]
+    layers = cache_layers(cache)
+    plans = [_crop_plan(idx, layer, length) for idx, layer in enumerate(layers)]
+    recurrent = any(isinstance(layer, LinearAttentionCacheLayerMixin) for layer in layers)
 
     def crop() -> None:
+        held = attention_length(cache) if recurrent else length
         for plan in plans:  # every layer checked before any is changed
             if plan is not None:
                 plan()
+        moved_attention(cache, held - length)  # the recurrent state stays where it was
 
     return crop
 

@@ -31,6 +31,7 @@ from ..._errors import (
     StaleSnapshotError,
     check_non_negative_int,
 )
+from . import recurrent_offset
 from .arguments import check_flag, text_vocab_size, token_ids
 from .cache_copy import cache_lengths, cache_nbytes, clone_cache
 from .chat import checked_positions
@@ -193,6 +194,13 @@ class HybridPrefixCache:
                 f"got layers holding {sorted(held)} tokens: nothing stored"
             )
         self._layout.check(cache)
+        behind = recurrent_offset.offset(cache, 0)
+        if behind:  # crop_attention leaves the recurrent state; a restore leaves the KV
+            raise InvalidArgumentError(
+                f"'cache' holds recurrent state after {len(tokens) + behind} tokens and attention "
+                f"after {len(tokens)}: crop_attention leaves the recurrent state alone and a "
+                f"snapshot restore the attention, and a rollback needs both: nothing stored"
+            )
 
     def _publish_whole(self, tokens: list[int], cache: Cache) -> int:
         before = self._counts["published"]
