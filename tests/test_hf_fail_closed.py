@@ -131,8 +131,8 @@ def test_speculative_honours_a_left_padded_attention_mask(model_type: str, draft
 
 
 def test_speculative_processors_see_a_padded_row_as_generate_does() -> None:
-    """A repetition penalty counts the pad ids in front of a left-padded row, as generate's
-    processors see them (the row as given), not the row without its padding."""
+    """The processors see a left-padded row as given (its pad ids in front), as generate's do;
+    a repetition penalty ignores those pad positions, as generate's does from the mask."""
     m = model()
     penalty = {"repetition_penalty": 3.0, "attention_mask": MASK}
     assert _speculate(m, PADDED, **penalty).sequences.tolist() == greedy(m, PADDED, **penalty)

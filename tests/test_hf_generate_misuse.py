@@ -11,7 +11,9 @@ int64 refused only after decoding; processors of a direct call built for the def
 raised on a later row having published the earlier ones; int8 ids compared in
 int8; a streamer never ended when ``custom_generate`` wraps a decoder; token ids
 past the vocabulary in settings refused only by the processors, mid-decode;
-``max_new_tokens=0`` decoding nothing and returning the prompt, where ``generate`` raises.
+``max_new_tokens=0`` decoding nothing and returning the prompt, where ``generate`` raises;
+a repetition penalty that penalised a left-padded row's padding (directly) or leaked
+transformers' ValueError (through ``generate``).
 """
 
 from __future__ import annotations
@@ -317,3 +319,22 @@ def test_max_new_tokens_of_zero_is_refused_as_generate_refuses_it(decoder: str) 
         _decoders()[decoder](PROMPT, max_new_tokens=0, prefix_cache=prefixes, streamer=streamer)
     assert streamer.calls == ["end"]  # nothing streamed
     assert (prefixes.report.misses, prefixes.report.published) == (0, 0)
+
+
+def test_repetition_penalty_on_a_left_padded_batch_equals_generate() -> None:
+    """generate's repetition penalty ignores each row's left padding (from the mask). Before, a
+    direct call built it without the mask and penalised the pad positions, and through
+    generate its per-row padding met a batch of one: transformers' ValueError leaked."""
+    row = [13, 14, 15, 16]
+    first = _sequences(generate(torch.tensor([row]), max_new_tokens=1, do_sample=False))[0][-1]
+    # Row 1's two pad positions hold the token it picks first: penalised, it picks another.
+    batch = torch.tensor([[21, 22, 23, 24, 25, 26], [first, first, *row]])
+    settings = {
+        "attention_mask": torch.tensor([[1] * 6, [0, 0, 1, 1, 1, 1]]),
+        "max_new_tokens": 4,
+        "repetition_penalty": 5.0,
+    }
+    expected = _sequences(generate(batch, do_sample=False, **settings))
+    assert expected[1][6] == first
+    for decoder in DECODERS:
+        assert _sequences(_decoders()[decoder](batch, **settings)) == expected, decoder

@@ -55,6 +55,7 @@ from .generate_checks import (
     given_processors,
     no_guidance,
 )
+from .prompts import Prompts
 from .scoring import Scoring
 
 if TYPE_CHECKING:
@@ -117,16 +118,17 @@ class GenerateArgs:
     def scoring(
         self,
         model: torch.nn.Module,
-        ids: torch.Tensor,
+        prompts: Prompts,
         generator: torch.Generator | None,
         *,
         eos: Sequence[int],
         max_new_tokens: int,
     ) -> Scoring:
         """How the call turns logits into tokens: ``generate``'s processors (built here for a
-        direct call, as ``generate`` builds them for ``ids`` with the call's EOS ids and
-        length), greedy or sampled."""
+        direct call, as ``generate`` builds them for the padded prompts and their mask, with
+        the call's EOS ids and length), greedy or sampled."""
         config, processors = self.config, self.processors
+        ids = torch.tensor(prompts.given, device=prompts.device)
         sampled = generator is not None or bool(config.do_sample)
         if not self.prepared:
             config = copy.deepcopy(config)
@@ -135,7 +137,9 @@ class GenerateArgs:
             # these EOS ids, forced_eos_token_id and the like read the whole length.
             config.eos_token_id = list(eos) or None
             config.max_length = ids.shape[-1] + max_new_tokens
-            processors = _build_processors(model, config, ids, processors)
+            rows = zip(prompts.given, prompts.rows, strict=True)
+            mask = torch.tensor([[0] * (len(g) - len(r)) + [1] * len(r) for g, r in rows])
+            processors = _build_processors(model, config, ids, mask, processors)
         elif sampled and not config.do_sample:
             raise InvalidArgumentError(
                 "'generator' samples, but model.generate was asked for greedy decoding and built "
@@ -248,9 +252,11 @@ def _build_processors(
     model: torch.nn.Module,
     config: GenerationConfig,
     ids: torch.Tensor,
+    mask: torch.Tensor,
     given: LogitsProcessorList,
 ) -> LogitsProcessorList:
-    """The processors ``generate`` builds for ``config`` and a prompt ``ids`` (its step 8)."""
+    """The processors ``generate`` builds for ``config``, a prompt ``ids`` and its attention
+    ``mask`` (its step 8: a repetition penalty ignores each row's left padding)."""
     generative = _generative(model)
     try:
         GenerationMixin._prepare_special_tokens(
@@ -263,7 +269,7 @@ def _build_processors(
             encoder_input_ids=ids,  # type: ignore[arg-type]  # a LongTensor: read_prompts'
             logits_processor=given,
             device=str(ids.device),
-            model_kwargs={},
+            model_kwargs={"attention_mask": mask.to(ids.device)},
         )
     except (TypeError, ValueError) as error:
         raise InvalidArgumentError(f"generation settings must be valid: {error}") from None

@@ -158,7 +158,7 @@ def backtracking_generate(
             reject,
             ban_mask(ban, vocab),
             eos,
-            passed.scoring(model, given, generator, eos=eos, max_new_tokens=max_new_tokens),
+            passed.scoring(model, prompts, generator, eos=eos, max_new_tokens=max_new_tokens),
             check_flag("check_rollbacks", check_rollbacks),
             stream,
             passed.outputs,

@@ -9,13 +9,16 @@ drafts ahead of it) as its ``input_ids``. A decode is greedy (argmax of the
 processed scores) unless it samples (``do_sample``, or a ``generator``).
 
 The rows of a batch decode one after another, so a processor sees one row
-at a time, as a batch of one. ``prefix_allowed_tokens_fn`` is still called
-with the row's index in the batch, as ``generate`` calls it (``for_row``);
-a processor of the caller's own that reads the batch index sees 0.
+at a time, as a batch of one (``for_row``). ``prefix_allowed_tokens_fn`` is
+still called with the row's index in the batch, as ``generate`` calls it;
+the processors ``generate`` builds with a value per row of the batch (the
+padding a repetition penalty ignores) hold the row's own; a processor of
+the caller's own that reads the batch index sees 0.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 
 import attrs
@@ -23,6 +26,7 @@ import torch
 from transformers.generation.logits_process import (
     LogitsProcessorList,
     PrefixConstrainedLogitsProcessor,
+    RepetitionPenaltyLogitsProcessor,
 )
 
 __all__ = ["Scoring", "pick"]
@@ -51,10 +55,11 @@ class Scoring:
         return scores
 
     def for_row(self, row: int) -> Scoring:
-        """The scoring of batch row ``row``: ``prefix_allowed_tokens_fn`` told the row's index."""
-        if row == 0 or self.processors is None:
+        """The scoring of batch row ``row`` as a batch of one: ``prefix_allowed_tokens_fn`` told
+        the row's index, processors holding a value per row of the batch given the row's."""
+        if self.processors is None:
             return self
-        kept = [_constraint_of_row(p, row) for p in self.processors]
+        kept = [_of_row(p, row) for p in self.processors]
         return attrs.evolve(self, processors=LogitsProcessorList(kept))
 
     def pick(self, scores: torch.Tensor) -> int:
@@ -70,6 +75,24 @@ def pick(
         return int(scores.argmax())
     probs = torch.softmax(scores.float(), -1)
     return int(torch.multinomial(probs, 1, generator=generator))
+
+
+def _of_row(processor: object, row: int) -> object:
+    """``processor`` as batch row ``row`` needs it, scored as a batch of one: a copy holding the
+    row's value where ``generate`` built it with one per row of the batch, else itself."""
+    if type(processor) is PrefixConstrainedLogitsProcessor:
+        return _constraint_of_row(processor, row) if row else processor
+    fields: dict[str, object] = {}
+    # transformers 5.25's fields: generate builds these for the whole batch.
+    if type(processor) is RepetitionPenaltyLogitsProcessor:
+        ignored = processor.prompt_ignore_length  # each row's left padding, from the mask
+        if isinstance(ignored, torch.Tensor) and len(ignored) > 1:
+            fields["prompt_ignore_length"] = ignored[row : row + 1]
+    if not fields:
+        return processor
+    own = copy.copy(processor)
+    vars(own).update(fields)
+    return own
 
 
 def _constraint_of_row(processor: object, row: int) -> object:

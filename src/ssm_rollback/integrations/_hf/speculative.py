@@ -166,13 +166,7 @@ def speculative_generate(
                 f"'streamer' streams one row: speculative_generate decodes the rows of a batch "
                 f"one after another (pass one row, or no streamer), got {len(prompts.rows)} rows"
             )
-        scoring = passed.scoring(
-            model,
-            torch.tensor(prompts.given, device=prompts.device),
-            generator,
-            eos=eos,
-            max_new_tokens=max_new_tokens,
-        )
+        scoring = passed.scoring(model, prompts, generator, eos=eos, max_new_tokens=max_new_tokens)
         stream.prompt(torch.tensor(prompts.given))
         counts = _Counts()
         runs: list[_Run] = []
