@@ -13,7 +13,8 @@ int8; a streamer never ended when ``custom_generate`` wraps a decoder; token ids
 past the vocabulary in settings refused only by the processors, mid-decode;
 ``max_new_tokens=0`` decoding nothing and returning the prompt, where ``generate`` raises;
 a repetition penalty that penalised a left-padded row's padding (directly) or leaked
-transformers' ValueError (through ``generate``).
+transformers' ValueError (through ``generate``); processors holding the whole batch's prompt
+that leaked torch's errors on a batch of two.
 """
 
 from __future__ import annotations
@@ -336,5 +337,20 @@ def test_repetition_penalty_on_a_left_padded_batch_equals_generate() -> None:
     }
     expected = _sequences(generate(batch, do_sample=False, **settings))
     assert expected[1][6] == first
+    for decoder in DECODERS:
+        assert _sequences(_decoders()[decoder](batch, **settings)) == expected, decoder
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [{"encoder_repetition_penalty": 3.0}, {"encoder_no_repeat_ngram_size": 1}],
+    ids=["encoder_repetition_penalty", "encoder_no_repeat_ngram_size"],
+)
+def test_prompt_processors_on_a_batch_of_two_equal_generate(setting: dict[str, object]) -> None:
+    """These processors hold the whole batch's prompts; each row is scored as a batch of one.
+    Before, torch's RuntimeError (a gather of [2, 6] ids) and a ZeroDivisionError leaked."""
+    batch = torch.tensor([[5, 6, 7, 8, 9, 10], [11, 12, 13, 14, 15, 16]])
+    settings = {"attention_mask": torch.ones_like(batch), "max_new_tokens": 4, **setting}
+    expected = _sequences(generate(batch, do_sample=False, **settings))
     for decoder in DECODERS:
         assert _sequences(_decoders()[decoder](batch, **settings)) == expected, decoder

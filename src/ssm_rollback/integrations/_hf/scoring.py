@@ -12,8 +12,9 @@ The rows of a batch decode one after another, so a processor sees one row
 at a time, as a batch of one (``for_row``). ``prefix_allowed_tokens_fn`` is
 still called with the row's index in the batch, as ``generate`` calls it;
 the processors ``generate`` builds with a value per row of the batch (the
-padding a repetition penalty ignores) hold the row's own; a processor of
-the caller's own that reads the batch index sees 0.
+padding a repetition penalty ignores, the prompt an encoder repetition
+penalty or ``encoder_no_repeat_ngram_size`` reads) hold the row's own; a
+processor of the caller's own that reads the batch index sees 0.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from collections.abc import Sequence
 import attrs
 import torch
 from transformers.generation.logits_process import (
+    EncoderNoRepeatNGramLogitsProcessor,
+    EncoderRepetitionPenaltyLogitsProcessor,
     LogitsProcessorList,
     PrefixConstrainedLogitsProcessor,
     RepetitionPenaltyLogitsProcessor,
@@ -88,6 +91,12 @@ def _of_row(processor: object, row: int) -> object:
         ignored = processor.prompt_ignore_length  # each row's left padding, from the mask
         if isinstance(ignored, torch.Tensor) and len(ignored) > 1:
             fields["prompt_ignore_length"] = ignored[row : row + 1]
+    elif type(processor) is EncoderRepetitionPenaltyLogitsProcessor:
+        prompt = processor.encoder_input_ids  # the padded prompts, [batch, length]
+        if prompt.dim() == 2 and len(prompt) > 1:
+            fields["encoder_input_ids"] = prompt[row : row + 1]
+    elif type(processor) is EncoderNoRepeatNGramLogitsProcessor and processor.batch_size > 1:
+        fields = {"batch_size": 1, "generated_ngrams": processor.generated_ngrams[row : row + 1]}
     if not fields:
         return processor
     own = copy.copy(processor)
