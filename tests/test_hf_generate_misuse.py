@@ -14,7 +14,8 @@ past the vocabulary in settings refused only by the processors, mid-decode;
 ``max_new_tokens=0`` decoding nothing and returning the prompt, where ``generate`` raises;
 a repetition penalty that penalised a left-padded row's padding (directly) or leaked
 transformers' ValueError (through ``generate``); processors holding the whole batch's prompt
-that leaked torch's errors on a batch of two.
+that leaked torch's errors on a batch of two; SynthID watermarking, whose processor keeps
+state, decoded off ``generate``'s output instead of being refused.
 """
 
 from __future__ import annotations
@@ -27,7 +28,12 @@ import pytest
 pytest.importorskip("transformers")
 
 import torch
-from transformers import GenerationConfig
+from transformers import (
+    GenerationConfig,
+    SynthIDTextWatermarkingConfig,
+    WatermarkingConfig,
+)
+from transformers.generation.logits_process import SynthIDTextWatermarkLogitsProcessor
 from transformers.generation.stopping_criteria import (
     EosTokenCriteria,
     MaxLengthCriteria,
@@ -354,3 +360,44 @@ def test_prompt_processors_on_a_batch_of_two_equal_generate(setting: dict[str, o
     expected = _sequences(generate(batch, do_sample=False, **settings))
     for decoder in DECODERS:
         assert _sequences(_decoders()[decoder](batch, **settings)) == expected, decoder
+
+
+#: SynthID's watermark: its processor keeps a state that each call advances.
+SYNTHID = SynthIDTextWatermarkingConfig(keys=[654, 400, 836, 123, 340], ngram_len=3)
+
+
+@pytest.mark.parametrize("decoder", DECODERS)
+def test_synthid_watermarking_is_refused_by_name_before_decoding(decoder: str) -> None:
+    """Before, drafts, verify positions and the rows of a batch all advanced the one processor's
+    state, and the output differed from generate's (which calls it once per token)."""
+    prefixes = HybridPrefixCache(model(), max_bytes=1 << 20)
+    with pytest.raises(InvalidArgumentError, match=r"'generation_config\.watermarking_config'"):
+        _decoders()[decoder](
+            PROMPT,
+            attention_mask=ONES,
+            max_new_tokens=4,
+            watermarking_config=SYNTHID,
+            prefix_cache=prefixes,
+        )
+    assert (prefixes.report.misses, prefixes.report.published) == (0, 0)
+
+
+@pytest.mark.parametrize("decoder", ["speculative", "backtracking"])
+def test_a_synthid_processor_of_your_own_is_refused_by_name(decoder: str) -> None:
+    processor = SYNTHID.construct_processor(128, torch.device("cpu"))
+    assert isinstance(processor, SynthIDTextWatermarkLogitsProcessor)
+    with pytest.raises(InvalidArgumentError, match="'logits_processor' must not hold SynthID"):
+        _decoders()[decoder](PROMPT, max_new_tokens=4, logits_processor=[processor])
+
+
+@pytest.mark.parametrize("decoder", ["speculative", "backtracking"])
+def test_kgw_watermarking_keeps_no_state_and_equals_generate(decoder: str) -> None:
+    """KGW's processor reseeds its generator from the tokens at every call: taken, exact."""
+    batch = torch.tensor([[5, 6, 7, 8, 5, 6], [11, 12, 13, 14, 15, 16]])
+    settings = {
+        "attention_mask": torch.ones_like(batch),
+        "max_new_tokens": 5,
+        "watermarking_config": WatermarkingConfig(bias=4.0),
+    }
+    expected = _sequences(generate(batch, do_sample=False, **settings))
+    assert _sequences(_decoders()[decoder](batch, **settings)) == expected

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from transformers import GenerationConfig
+from transformers import GenerationConfig, SynthIDTextWatermarkingConfig
 from transformers.cache_utils import Cache
 from transformers.generation.configuration_utils import GenerationMode
 from transformers.generation.logits_process import (
     LogitsProcessorList,
+    SynthIDTextWatermarkLogitsProcessor,
     UnbatchedClassifierFreeGuidanceLogitsProcessor,
 )
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria
@@ -32,14 +33,21 @@ __all__ = [
 #: Settings ``generate`` makes stopping criteria of, which the decoders do not have.
 _STOPS = ("max_time", "stop_strings")
 
+#: Why SynthID's watermark is refused (KGW's, ``WatermarkingConfig``, keeps no state: taken).
+_SYNTHID = (
+    "its processor keeps a state that each call advances (the contexts it has seen), which "
+    "the decoders' verify positions, drafts, rollbacks and rows decoded one after another "
+    "would advance unlike generate's one call per token"
+)
+
 #: Settings that ask for outputs a ``GenerationResult`` does not have (it has ``scores`` and
 #: ``logits``; ``return_dict_in_generate`` is what it always is).
 _OUTPUTS = ("output_attentions", "output_hidden_states")
 
 
 def check_modes(value: GenerationConfig) -> None:
-    """Refuse a config asking for a mode, a stop, prompt healing or an output the decoders do
-    not have."""
+    """Refuse a config asking for a mode, a stop, prompt healing, an output or a watermark
+    keeping state the decoders do not have."""
     mode = value.get_generation_mode()
     if mode not in (GenerationMode.GREEDY_SEARCH, GenerationMode.SAMPLE):
         raise InvalidArgumentError(
@@ -67,6 +75,11 @@ def check_modes(value: GenerationConfig) -> None:
                 f"'generation_config.{name}' must be False: the decoders return sequences, "
                 f"scores, logits and a report (a GenerationResult), got True"
             )
+    if isinstance(value.watermarking_config, SynthIDTextWatermarkingConfig):
+        raise InvalidArgumentError(
+            f"'generation_config.watermarking_config' must not be SynthID's: {_SYNTHID}, got "
+            f"a SynthIDTextWatermarkingConfig"
+        )
 
 
 def given_processors(value: object) -> LogitsProcessorList:
@@ -84,6 +97,11 @@ def given_processors(value: object) -> LogitsProcessorList:
             f"scores), got {', '.join(odd)}"
         )
     no_guidance(value)
+    if any(isinstance(p, SynthIDTextWatermarkLogitsProcessor) for p in value):
+        raise InvalidArgumentError(
+            f"'logits_processor' must not hold SynthID's watermark: {_SYNTHID}, got a "
+            f"SynthIDTextWatermarkLogitsProcessor"
+        )
     return LogitsProcessorList(value)
 
 
