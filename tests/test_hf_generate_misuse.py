@@ -15,7 +15,8 @@ past the vocabulary in settings refused only by the processors, mid-decode;
 a repetition penalty that penalised a left-padded row's padding (directly) or leaked
 transformers' ValueError (through ``generate``); processors holding the whole batch's prompt
 that leaked torch's errors on a batch of two; SynthID watermarking, whose processor keeps
-state, decoded off ``generate``'s output instead of being refused.
+state, decoded off ``generate``'s output instead of being refused; a direct call that took
+``GenerationConfig(use_cache=False)``.
 """
 
 from __future__ import annotations
@@ -401,3 +402,12 @@ def test_kgw_watermarking_keeps_no_state_and_equals_generate(decoder: str) -> No
     }
     expected = _sequences(generate(batch, do_sample=False, **settings))
     assert _sequences(_decoders()[decoder](batch, **settings)) == expected
+
+
+@pytest.mark.parametrize("decoder", DECODERS)
+def test_a_generation_config_without_cache_is_refused_by_name(decoder: str) -> None:
+    """Before, a direct call took GenerationConfig(use_cache=False) and decoded through a cache
+    (the use_cache=False keyword, and the config through generate, were refused)."""
+    config = GenerationConfig(use_cache=False, max_new_tokens=3)  # type: ignore[no-untyped-call]
+    with pytest.raises(InvalidArgumentError, match=r"'generation_config\.use_cache' must be True"):
+        _decoders()[decoder](PROMPT, attention_mask=ONES, generation_config=config)

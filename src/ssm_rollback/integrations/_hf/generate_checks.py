@@ -46,8 +46,8 @@ _OUTPUTS = ("output_attentions", "output_hidden_states")
 
 
 def check_modes(value: GenerationConfig) -> None:
-    """Refuse a config asking for a mode, a stop, prompt healing, an output or a watermark
-    keeping state the decoders do not have."""
+    """Refuse a config asking for a mode, a stop, prompt healing, an output, no cache or a
+    watermark keeping state the decoders do not have."""
     mode = value.get_generation_mode()
     if mode not in (GenerationMode.GREEDY_SEARCH, GenerationMode.SAMPLE):
         raise InvalidArgumentError(
@@ -75,6 +75,11 @@ def check_modes(value: GenerationConfig) -> None:
                 f"'generation_config.{name}' must be False: the decoders return sequences, "
                 f"scores, logits and a report (a GenerationResult), got True"
             )
+    if value.use_cache is False:
+        raise InvalidArgumentError(
+            "'generation_config.use_cache' must be True: the decoders decode through a cache "
+            "they roll back, got False"
+        )
     if isinstance(value.watermarking_config, SynthIDTextWatermarkingConfig):
         raise InvalidArgumentError(
             f"'generation_config.watermarking_config' must not be SynthID's: {_SYNTHID}, got "
