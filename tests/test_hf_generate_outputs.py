@@ -9,7 +9,9 @@ verify positions, rollbacks and a batch whose rows end apart.
 
 from __future__ import annotations
 
+import copy
 import functools
+import pickle
 from collections.abc import Callable
 
 import pytest
@@ -186,3 +188,21 @@ def test_outputs_the_decoders_do_not_build_are_refused(setting: str) -> None:
         decoder(
             model(), prompt(), max_new_tokens=NEW, return_dict_in_generate=True, **{setting: True}
         )
+
+
+@pytest.mark.parametrize("decoder", ["speculative", "backtracking"])
+def test_a_generation_result_copies_deep_copies_and_pickles(decoder: str) -> None:
+    """As ``generate``'s own output does: the fields, the report and any attribute of the
+    caller's own come back equal (``transformers`` rebuilds a ``ModelOutput`` from its field
+    values as positional arguments, which a ``GenerationResult`` does not take)."""
+    out = decode(decoder, "direct", prompt())
+    out.note = "mine"
+    for copied in (copy.copy(out), copy.deepcopy(out), pickle.loads(pickle.dumps(out))):
+        assert type(copied) is GenerationResult
+        assert list(copied.keys()) == list(out.keys()) == ["sequences", "scores", "logits"]
+        assert copied.sequences.tolist() == out.sequences.tolist()
+        for mine, theirs in ((copied.scores, out.scores), (copied.logits, out.logits)):
+            assert all(torch.equal(a, b) for a, b in zip(steps(mine), steps(theirs), strict=True))
+        assert copied.report == out.report
+        assert copied.report.forward_passes > 0
+        assert copied.note == "mine"  # type: ignore[attr-defined]

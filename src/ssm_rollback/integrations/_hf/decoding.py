@@ -93,6 +93,17 @@ class GenerationResult(GenerateDecoderOnlyOutput):
         """What the decoder did, summed over the rows."""
         return self._report
 
+    def __reduce__(self) -> str | tuple[object, ...]:
+        """Rebuilt empty, then filled: ``transformers``' own ``__reduce__`` rebuilds a
+        ``ModelOutput`` as ``cls(*field_values)``, which this signature does not take. The
+        fields come back as items, ``report`` and any other attribute as state, so
+        ``copy.copy``, ``copy.deepcopy`` and ``pickle`` round-trip it."""
+        reduced = super().__reduce__()  # type: ignore[no-untyped-call]
+        if isinstance(reduced, str):
+            return reduced
+        _, _, *rest = reduced  # the field values as arguments: dropped, the items hold them
+        return (type(self), (), *rest)
+
 
 @attrs.frozen
 class Outputs:
