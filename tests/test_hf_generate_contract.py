@@ -227,6 +227,43 @@ def test_a_streamer_without_put_and_end_is_named() -> None:
         speculative_generate(model(), PROMPT, max_new_tokens=NEW, streamer=object())
 
 
+@pytest.mark.parametrize(("decoder", "kwargs"), DECODERS, ids=IDS)
+def test_a_custom_generate_functions_own_streamer_gets_the_prompt_tokens_and_end(
+    decoder: Decoder, kwargs: dict[str, object]
+) -> None:
+    """A function given as ``custom_generate`` that passes the decoder a ``streamer`` of its own:
+    that one streams (it was dropped, without even an ``end()``)."""
+    mine = Recording()
+
+    def wrapper(model: torch.nn.Module, input_ids: torch.Tensor, **more: object) -> object:
+        return decoder(model, input_ids, streamer=mine, **kwargs, **more)
+
+    result = model().generate(  # type: ignore[operator]
+        PROMPT, max_new_tokens=NEW, custom_generate=wrapper
+    )
+    new = result.sequences[0, PROMPT.shape[1] :].tolist()
+    assert result.sequences[0].tolist() == greedy()
+    assert mine.calls == [("put", PROMPT[0].tolist()), *[("put", [t]) for t in new], ("end", [])]
+
+
+@pytest.mark.parametrize(("decoder", "kwargs"), DECODERS, ids=IDS)
+def test_a_streamer_given_to_generate_and_by_its_custom_generate_function_is_refused(
+    decoder: Decoder, kwargs: dict[str, object]
+) -> None:
+    """Two streamers: refused by name; ``generate``'s, which holds the prompt, is ended."""
+    theirs, mine = Recording(), Recording()
+
+    def wrapper(model: torch.nn.Module, input_ids: torch.Tensor, **more: object) -> object:
+        return decoder(model, input_ids, streamer=mine, **kwargs, **more)
+
+    with pytest.raises(InvalidArgumentError, match="'streamer' must be given once"):
+        model().generate(  # type: ignore[operator]
+            PROMPT, max_new_tokens=NEW, custom_generate=wrapper, streamer=theirs
+        )
+    assert theirs.calls == [("put", PROMPT[0].tolist()), ("end", [])]
+    assert mine.calls == []
+
+
 # -- 2. the generation config ----------------------------------------------------------------------
 
 

@@ -7,7 +7,8 @@ consumer of a ``TextIteratorStreamer`` would wait for ``end()`` forever. The
 decoders therefore read the arguments ``generate`` did not hand over from
 its frame (``generate_call``), only when ``generate``'s own code called
 them, itself or through a function of the caller's own given as
-``custom_generate``; a direct call passes ``streamer=`` as a keyword.
+``custom_generate``; a direct call, or such a function, passes ``streamer=`` as a
+keyword.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Protocol, final
 import torch
 from transformers.generation.utils import GenerationMixin
 
-from ..._errors import InvalidArgumentTypeError
+from ..._errors import InvalidArgumentError, InvalidArgumentTypeError
 from .arguments import shown
 
 __all__ = ["Streamer", "TokenStreamer", "generate_call", "open_stream"]
@@ -81,10 +82,25 @@ def _code_of(function: object) -> CodeType | None:
 
 
 def open_stream(kwargs: Mapping[str, object], call: Mapping[str, object] | None) -> TokenStreamer:
-    """The call's ``streamer``: ``generate``'s (which has put the prompt), or the keyword's."""
-    if call is None:
-        return TokenStreamer(kwargs.get("streamer"), prompt_streamed=False)
-    return TokenStreamer(call.get("streamer"), prompt_streamed=True)
+    """The call's ``streamer``: the decoder's own keyword (which gets the prompt too), or
+    ``generate``'s (which has put the prompt).
+
+    A function of the caller's own given as ``custom_generate`` may pass the
+    decoder a ``streamer=`` of its own. One given both there and to
+    ``generate`` (two objects) is refused by name, after ``generate``'s is
+    ended: it already holds the prompt, and its consumer must not wait.
+    """
+    own = kwargs.get("streamer")
+    outer = None if call is None else call.get("streamer")
+    if outer is None:
+        return TokenStreamer(own, prompt_streamed=False)
+    if own is None or own is outer:
+        return TokenStreamer(outer, prompt_streamed=True)
+    TokenStreamer(outer, prompt_streamed=True).end()
+    raise InvalidArgumentError(
+        f"'streamer' must be given once: model.generate got one and its custom_generate "
+        f"function passed the decoder another (pass one of them), got {shown(own)}"
+    )
 
 
 @final
