@@ -19,6 +19,7 @@ import pytest
 pytest.importorskip("transformers")
 
 import torch
+from transformers import DynamicCache
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 from transformers.utils import logging as hf_logging
 
@@ -26,6 +27,7 @@ from ssm_rollback import InvalidArgumentError
 from ssm_rollback.integrations.transformers import (
     GenerationReport,
     GenerationResult,
+    HybridPrefixCache,
     backtracking_generate,
     speculative_generate,
 )
@@ -199,10 +201,68 @@ def test_a_generation_result_copies_deep_copies_and_pickles(decoder: str) -> Non
     out.note = "mine"
     for copied in (copy.copy(out), copy.deepcopy(out), pickle.loads(pickle.dumps(out))):
         assert type(copied) is GenerationResult
-        assert list(copied.keys()) == list(out.keys()) == ["sequences", "scores", "logits"]
+        assert list(copied.keys()) == list(out.keys()) == ["sequences", "scores", "logits", "cache"]
         assert copied.sequences.tolist() == out.sequences.tolist()
         for mine, theirs in ((copied.scores, out.scores), (copied.logits, out.logits)):
             assert all(torch.equal(a, b) for a, b in zip(steps(mine), steps(theirs), strict=True))
         assert copied.report == out.report
         assert copied.report.forward_passes > 0
         assert copied.note == "mine"  # type: ignore[attr-defined]
+
+
+def empty_cache() -> DynamicCache:
+    return DynamicCache(config=model().config)  # type: ignore[arg-type]
+
+
+def _reject_every_third(tokens: list[int]) -> int | None:
+    return max(len(tokens) - 2, 0) if len(tokens) % 3 == 0 else None
+
+
+@pytest.mark.parametrize("via", ["direct", "custom_generate"])
+@pytest.mark.parametrize("decoder", ["speculative", "backtracking"])
+def test_the_cache_passed_is_decoded_in_and_returned_as_generate_leaves_it(
+    decoder: str, via: str
+) -> None:
+    """As ``generate`` does: a one-row call decodes in the cache passed and returns it under
+    ``cache``, holding every token but the last, so that ``generate`` continues from it (it was
+    left empty, and no cache was returned)."""
+    ids = prompt()
+    more: dict[str, object] = {"draft": "prompt_lookup"}  # mostly refused: rollbacks
+    if decoder == "backtracking":
+        more = {"is_boundary": {3, 7}}
+    if decoder == "backtracking":
+        more["reject"] = _reject_every_third  # rollbacks, and their replays, before the end
+    passed = empty_cache()
+    out = decode(decoder, via, ids, cache=passed, **more)
+    assert out.cache is passed
+    assert out.past_key_values is passed
+    assert passed.get_seq_length() == out.sequences.shape[1] - 1
+    ones = {"do_sample": False, "max_new_tokens": 3}
+    after = model().generate(  # type: ignore[operator]
+        out.sequences, attention_mask=torch.ones_like(out.sequences), cache=passed, **ones
+    )
+    fresh = model().generate(  # type: ignore[operator]
+        out.sequences, attention_mask=torch.ones_like(out.sequences), **ones
+    )
+    assert after.tolist() == fresh.tolist()
+    # Without one passed, the cache decoded in comes back, standing at the same place.
+    own = decode(decoder, via, ids, **more)
+    assert isinstance(own.cache, DynamicCache)
+    assert own.cache.get_seq_length() == own.sequences.shape[1] - 1
+
+
+@pytest.mark.parametrize("decoder", ["speculative", "backtracking"])
+def test_a_cache_passed_for_a_batch_or_with_a_prefix_cache_is_named(decoder: str) -> None:
+    batch = torch.cat([prompt(1), prompt(2)])
+    with pytest.raises(InvalidArgumentError, match="'cache' must be None for a batch of 2"):
+        decode(decoder, "direct", batch, cache=empty_cache())
+    prefixes = HybridPrefixCache(model(), max_bytes=1 << 20)
+    with pytest.raises(InvalidArgumentError, match="'cache' must be None with prefix_cache"):
+        decode(
+            decoder,
+            "direct",
+            prompt(),
+            cache=empty_cache(),
+            prefix_cache=prefixes,
+        )
+    assert decode(decoder, "direct", batch).cache is None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import attrs
 import torch
+from transformers.cache_utils import Cache
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 __all__ = ["GenerationReport", "GenerationResult", "Outputs"]
@@ -73,8 +74,10 @@ class GenerationResult(GenerateDecoderOnlyOutput):
     ``(batch, vocab)`` float32 tensor per new token, as ``transformers``'
     assisted decoding returns them - the processed scores each token was
     picked from, and the model's raw logits there (a row that ended before
-    the others puts all its weight on the pad id past its end). ``report``:
-    what the decoder did.
+    the others puts all its weight on the pad id past its end). ``cache``:
+    with ``return_dict_in_generate``, the cache a one-row call decoded in,
+    after all its tokens but the last (as ``generate``'s). ``report``: what
+    the decoder did.
     """
 
     def __init__(
@@ -84,8 +87,9 @@ class GenerationResult(GenerateDecoderOnlyOutput):
         *,
         scores: tuple[torch.Tensor, ...] | None = None,
         logits: tuple[torch.Tensor, ...] | None = None,
+        cache: Cache | None = None,
     ) -> None:
-        super().__init__(sequences=sequences, scores=scores, logits=logits)  # type: ignore[arg-type]
+        super().__init__(sequences=sequences, scores=scores, logits=logits, cache=cache)  # type: ignore[arg-type]
         self._report = GenerationReport() if report is None else report
 
     @property
@@ -119,14 +123,16 @@ class Outputs:
         scores: list[list[torch.Tensor]],
         logits: list[list[torch.Tensor]],
         pad: int | None,
+        cache: Cache | None = None,
     ) -> GenerationResult:
         """The decoders' answer: ``sequences`` and ``report``, with each row's per-token
-        ``scores`` and ``logits`` where the call asked for them."""
+        ``scores`` and ``logits`` where the call asked for them, and the ``cache`` to return."""
         return GenerationResult(
             sequences,
             report,
             scores=self.per_token(scores, pad) if self.scores else None,
             logits=self.per_token(logits, pad) if self.logits else None,
+            cache=cache,
         )
 
     def per_token(

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, ParamSpec, TypeVar, cast
 import attrs
 import torch
 from transformers import GenerationConfig
+from transformers.cache_utils import Cache
 from transformers.generation.logits_process import (
     LogitsProcessorList,
 )
@@ -49,13 +50,13 @@ from .arguments import shown
 from .decoding import Outputs
 from .generate_checks import (
     check_criteria,
-    check_empty_cache,
     check_modes,
     check_token_settings,
     given_processors,
     no_guidance,
 )
 from .prompts import Prompts
+from .result_cache import CacheUse, cache_use, passed_cache
 from .scoring import Scoring
 
 if TYPE_CHECKING:
@@ -99,6 +100,23 @@ class GenerateArgs:
     prepared: bool
     #: The per-token outputs asked for (``output_scores``, ``output_logits``).
     outputs: Outputs = attrs.field(factory=Outputs)
+    #: The empty cache passed (``cache`` or ``past_key_values``: ``cache_name``), if any.
+    cache: Cache | None = None
+    cache_name: str = "cache"
+
+    def cache_use(self, rows: int, *, prefixed: bool) -> CacheUse:
+        """What the call does with a cache (``result_cache``): a passed one is the caller's
+        in a direct call, and through ``generate`` when the caller gave it to ``generate``."""
+        callers = not self.prepared or bool(getattr(self.cache, "_is_user_defined", False))
+        returned = bool(self.config.return_dict_in_generate)
+        return cache_use(
+            self.cache_name,
+            self.cache,
+            callers=callers,
+            returned=returned,
+            rows=rows,
+            prefixed=prefixed,
+        )
 
     def max_new_tokens(self, value: object, width: int) -> int:
         """``max_new_tokens``, else the config's (its ``max_new_tokens``, or ``max_length``)."""
@@ -188,8 +206,7 @@ def generate_args(
     check_token_settings(config, vocab)
     processors = given_processors(taken.get("logits_processor"))
     check_criteria(taken.get("stopping_criteria"), config, call is not None)
-    for name in ("cache", "past_key_values"):
-        check_empty_cache(name, taken.get(name))
+    cache_name, cache = passed_cache(taken.get("cache"), taken.get("past_key_values"))
     use_cache = taken.get("use_cache")
     if use_cache is not None and use_cache is not True:
         raise InvalidArgumentError(
@@ -209,6 +226,8 @@ def generate_args(
         processors,
         call is not None,
         Outputs(bool(config.output_scores), bool(config.output_logits)),
+        cache,
+        cache_name,
     )
 
 

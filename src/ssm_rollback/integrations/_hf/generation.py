@@ -42,6 +42,7 @@ from .generate_args import generate_args, settings_in_config
 from .prefix_cache import HybridPrefixCache
 from .prefix_use import checked_prefix_cache, publish_stream, start_stream
 from .prompts import InputIds, Prompts, read_prompts, sequences
+from .result_cache import CacheUse, stand_before_last
 from .row import _check_against_fresh, _roll_back, _Row
 from .scoring import Scoring
 from .stream import _Stream
@@ -69,6 +70,8 @@ class _Rules:
     check: bool
     stream: TokenStreamer
     outputs: Outputs = attrs.field(factory=Outputs)
+    #: The cache a single row decodes in, and whether it is left as ``generate`` leaves its.
+    cache: CacheUse = attrs.field(factory=CacheUse)
 
 
 @settings_in_config
@@ -165,16 +168,22 @@ def backtracking_generate(
         )
         grammars = row_grammars(grammar, len(prompts.rows), vocab)
         prefixes = checked_prefix_cache(prefix_cache, model)
+        rules = attrs.evolve(
+            rules, cache=passed.cache_use(len(prompts.rows), prefixed=prefixes is not None)
+        )
         stream.prompt(given)
         outputs, counts, rows = _decode_rows(
             model, vocab, prompts, grammars, rules, slots, budget, progress, prefixes
         )
+        if rules.cache.stand:  # one row: its cache after all but its last token, as generate's
+            counts.forward_passes += stand_before_last(rows[0].stream, rows[0].prompt + outputs[0])
         return passed.outputs.result(
             sequences(prompts, outputs, pad),
             counts.freeze(),
             [row.scores for row in rows],
             [row.logits_after[: len(row.output)] for row in rows],
             pad,
+            rows[0].stream.cache if rules.cache.returned else None,
         )
 
 
@@ -200,6 +209,7 @@ def _decode_rows(
         row_rules = attrs.evolve(rules, scoring=rules.scoring.for_row(i))
         row = _Row(_Stream(model, vocab, slots), SsmDecodeRing(slots), prompt, given, budget=budget)
         row.grammar = row_grammar
+        row.stream.cache = rules.cache.start  # one row: the cache passed, if any
         start_stream(prefixes, row.stream, prompt)
         row.logits_after.append(row.stream.feed(prompt[len(row.stream.fed) :], last_only=True)[-1])
 
@@ -248,6 +258,8 @@ def _decode_row(row: _Row, rules: _Rules, counts: _Counts, progress: Callable[[i
         save = snapshot_boundary_if_ssm(
             row.ring, seq=0, token_position=len(output), is_boundary=is_b, in_thinking=False
         )
+        if rules.cache.stand and _ends(row, rules):
+            stream.checkpoint()  # the state before the last token, to leave the cache at
         logits = stream.feed([token])[-1]
         row.logits_after.append(logits)
         if save is not None and stream.save(save, row.ring):
@@ -256,6 +268,13 @@ def _decode_row(row: _Row, rules: _Rules, counts: _Counts, progress: Callable[[i
             _check_against_fresh(row, logits, counts)
         _stream_final(row, rules.stream)
         progress(len(output))
+
+
+def _ends(row: _Row, rules: _Rules) -> bool:
+    """Whether the row's newest token is its last."""
+    output = row.output
+    done = row.grammar is not None and row.grammar.is_done()
+    return len(output) >= rules.max_new_tokens or output[-1] in rules.eos or done
 
 
 def _stream_final(row: _Row, stream: TokenStreamer) -> None:

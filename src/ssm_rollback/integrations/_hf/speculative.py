@@ -39,6 +39,7 @@ from .generate_args import generate_args, settings_in_config
 from .prefix_use import checked_prefix_cache, publish_stream, start_stream
 from .probe import check_multi_token_forward
 from .prompts import InputIds, read_prompts, sequences
+from .result_cache import stand_before_last
 from .scoring import Scoring
 from .stream import _Stream
 from .streaming import TokenStreamer, generate_call, open_stream
@@ -161,6 +162,7 @@ def speculative_generate(
         if verifies:
             check_multi_token_forward("model", model, vocab)
         prefixes = checked_prefix_cache(prefix_cache, model)
+        use = passed.cache_use(len(prompts.rows), prefixed=prefixes is not None)
         if stream.active and len(prompts.rows) != 1:
             raise InvalidArgumentError(
                 f"'streamer' streams one row: speculative_generate decodes the rows of a batch "
@@ -174,6 +176,7 @@ def speculative_generate(
             # Each row on its own: a stream, a ring and a drafter of its own.
             ring = _Boundaries(SsmDecodeRing(slots), boundary) if boundary is not None else None
             target = _Stream(model, vocab, slots)
+            target.cache = use.start  # one row: the cache passed, if any (else a new one)
             start_stream(prefixes, target, prompt)
             row_scoring = scoring.for_row(i)
             run = _Run(target, ring, row_scoring, eos, stream, counts, passed.outputs, given)
@@ -181,12 +184,17 @@ def speculative_generate(
             runs.append(run)
         for prompt, run in zip(prompts.rows, runs, strict=True):  # every row decoded: no raise
             publish_stream(prefixes, run.target, prompt, run.new)
+        if use.stand:  # one row: its cache after all but its last token, as generate's
+            counts.forward_passes += stand_before_last(
+                runs[0].target, prompts.rows[0] + runs[0].new
+            )
         return passed.outputs.result(
             sequences(prompts, [run.new for run in runs], pad),
             counts.freeze(),
             [run.scores[: len(run.new)] for run in runs],
             [run.logits[: len(run.new)] for run in runs],
             pad,
+            runs[0].target.cache if use.returned else None,
         )
 
 
@@ -234,7 +242,9 @@ def _decode(
         new.append(scoring.pick(scored[0]))
         run.keep(scored, fed)
         run.stream.tokens(new)
-    while new and len(new) < max_new_tokens and new[-1] not in eos:
+    # An EOS ends the row where it stands, an accepted draft's too (the step's tokens after it
+    # are cut): the last checkpoint then stands before it, where the row's cache can go back to.
+    while new and len(new) < max_new_tokens and not any(t in eos for t in new[-k_max - 1 :]):
         k = min(k_max, max_new_tokens - len(new))
         drafts, dists = propose(prompt + new, k, scoring) if k else ([], None)
         if len(target.queued) > _REPLAY_STEPS * (k_max + 1):

@@ -1,0 +1,97 @@
+"""The ``cache`` of a decoder call: decoded into when passed, returned as ``generate`` returns it.
+
+``model.generate`` decodes into a ``cache=`` passed to it, and with
+``return_dict_in_generate`` returns the cache it decoded with under the key
+``cache``, standing after every token of ``sequences`` but the last (it
+never feeds the last). The decoders decode each row in a batch-1 cache of
+its own, so for one row they do the same: the row decodes in the cache
+passed (the caller's, or the one ``generate`` prepared), and is left after
+all its tokens but the last. A batch of several rows has no one cache to
+decode in or return: a cache of the caller's is refused by name for it (as
+it is with ``prefix_cache``, where the row starts in a copy of a stored
+prefix), and the result carries none.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+import attrs
+from transformers.cache_utils import Cache, DynamicCache
+
+from ..._errors import InvalidArgumentError
+from .generate_checks import check_empty_cache
+from .stream import _Stream
+
+__all__ = ["CacheUse", "cache_use", "passed_cache", "stand_before_last"]
+
+
+@attrs.frozen(eq=False)  # holds a cache: compare by identity
+class CacheUse:
+    """What a call does with a cache: the one its single row decodes in, whether to leave it
+    where ``generate`` leaves its cache, and whether the result carries it."""
+
+    start: Cache | None = None
+    stand: bool = False
+    returned: bool = False
+
+
+def cache_use(
+    name: str, cache: Cache | None, *, callers: bool, returned: bool, rows: int, prefixed: bool
+) -> CacheUse:
+    """Check a passed ``cache`` (``name``; ``callers``: the caller's own, not one ``generate``
+    prepared) against ``rows`` rows and a ``prefix_cache`` (``prefixed``), before any work."""
+    if cache is not None and callers:
+        if rows != 1:
+            raise InvalidArgumentError(
+                f"'{name}' must be None for a batch of {rows} rows: the decoders decode each row "
+                f"in a cache of its own, and fill a cache passed for one row only"
+            )
+        if prefixed:
+            raise InvalidArgumentError(
+                f"'{name}' must be None with prefix_cache: the row starts in a copy of the "
+                f"stored prefix, which the result returns with return_dict_in_generate=True"
+            )
+    if rows != 1:
+        return CacheUse()
+    if prefixed:  # generate's own cache goes unused: the row decodes in the prefix's copy
+        return CacheUse(None, returned, returned)
+    if cache is not None and not isinstance(cache, DynamicCache):
+        raise InvalidArgumentError(
+            f"'{name}' must be an empty DynamicCache or None (no cache_implementation): the "
+            f"decoders crop and restore a DynamicCache, got a {type(cache).__name__}"
+        )
+    return CacheUse(cache, returned or (cache is not None and callers), returned)
+
+
+def stand_before_last(stream: _Stream, tokens: list[int]) -> int:
+    """Leave the stream's cache after ``tokens[:-1]`` (the row's unpadded prompt and output),
+    as ``generate`` leaves its cache; the forward passes that took (0 or 1).
+
+    Tokens fed past that (a last token fed, accepted drafts past an EOS) are
+    undone from the stream's checkpoint, taken before them; tokens missing (a
+    rewind's queued replay) are fed.
+    """
+    want = tokens[:-1]
+    fed = stream.fed
+    if len(fed) > len(want) or fed != want[: len(fed)]:
+        stream.rewind(len(want))
+    stream.queued = want[len(stream.fed) :]
+    if not stream.queued:
+        return 0
+    stream.feed([])
+    return 1
+
+
+def passed_cache(cache: object, past_key_values: object) -> tuple[str, Cache | None]:
+    """The empty cache passed as ``cache`` or ``past_key_values`` (one of them), and its name."""
+    check_empty_cache("cache", cache)
+    check_empty_cache("past_key_values", past_key_values)
+    if cache is not None and past_key_values is not None and cache is not past_key_values:
+        raise InvalidArgumentError(
+            "'past_key_values' must be None when 'cache' is given (its name before transformers "
+            "5.x): pass one cache"
+        )
+    if cache is not None:
+        return "cache", cast(Cache, cache)
+    return "past_key_values", cast(Cache | None, past_key_values)
