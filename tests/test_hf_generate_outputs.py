@@ -4,7 +4,8 @@ The decoders return ``transformers``' own ``GenerateDecoderOnlyOutput`` with
 the report attached; their ``scores`` and ``logits`` are what plain greedy
 ``model.generate`` returns for the same tokens (one ``(batch, vocab)``
 tensor per new token), directly and through ``custom_generate``, through
-verify positions, rollbacks and a batch whose rows end apart.
+verify positions, rollbacks and a batch whose rows end apart. A row whose
+accepted drafts hold an EOS ends there: output, stream and report alike.
 """
 
 from __future__ import annotations
@@ -181,6 +182,67 @@ def test_a_row_that_ends_first_puts_its_weight_on_the_pad_id() -> None:
     assert float(past_end[0]) == 0.0
     assert bool(torch.isinf(past_end[1:]).all())
     assert int(scores[0][0].argmax()) == first
+
+
+class Recording:
+    """A streamer that records what it is given."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[int] | str] = []
+
+    def put(self, value: torch.Tensor) -> None:
+        self.calls.append(value.reshape(-1).tolist())
+
+    def end(self) -> None:
+        self.calls.append("end")
+
+
+def test_an_eos_inside_accepted_drafts_ends_the_row_and_the_stream() -> None:
+    """A drafter that knows the greedy output proposes row 0's EOS (its third token) and
+    more: the row once went on past it (the stream got the tokens after it, a third forward
+    pass ran, and 8 drafts were counted accepted for a 3-token output)."""
+    batch = torch.tensor([[5, 6, 7, 8, 9, 10], [40, 41, 42, 43, 44, 45]])
+    plain = {"attention_mask": torch.ones_like(batch), "max_new_tokens": 10, "do_sample": False}
+    greedy: list[list[int]] = model().generate(batch, **plain).tolist()  # type: ignore[operator]
+    eos = greedy[0][8]
+    assert eos not in greedy[0][6:8] + greedy[1][6:]
+    ahead = {tuple(row[:6]): row[6:] + [1] * 10 for row in greedy}
+
+    def oracle(tokens: list[int], k: int) -> list[int]:
+        return ahead[tuple(tokens[:6])][len(tokens) - 6 : len(tokens) - 6 + k]
+
+    settings = {"max_new_tokens": 10, "eos_token_id": eos, "num_draft_tokens": 6, "draft": oracle}
+    speculative: Callable[..., GenerationResult] = speculative_generate  # type: ignore[explicit-any]
+    ours, theirs = Recording(), Recording()
+    one = speculative(model(), batch[:1], streamer=ours, **ASKED, **settings)
+    expected = model().generate(  # type: ignore[operator]
+        batch[:1],
+        eos_token_id=eos,
+        streamer=theirs,
+        **{**plain, **ASKED, "attention_mask": torch.ones_like(batch[:1])},
+    )
+    assert one.sequences.tolist() == expected.sequences.tolist() == [greedy[0][:9]]
+    assert ours.calls == theirs.calls == [batch[0].tolist(), *[[t] for t in greedy[0][6:9]], "end"]
+    assert_close(one.scores, expected.scores)
+    report = one.report
+    assert (report.tokens, report.forward_passes, report.drafts_accepted) == (3, 2, 2)
+    assert report.rollbacks_served == report.tokens_regenerated == 0
+
+    # In a batch row 1 goes on (6 drafts and a bonus, then the last 2 drafts) as row 0 ends.
+    prefixes = HybridPrefixCache(model(), max_bytes=1 << 22)
+    both = speculative(model(), batch, prefix_cache=prefixes, **settings)
+    padded = model().generate(batch, eos_token_id=eos, **plain)  # type: ignore[operator]
+    assert both.sequences.tolist() == padded.tolist()
+    report = both.report
+    assert (report.tokens, report.forward_passes, report.drafts_accepted) == (13, 5, 10)
+    # Row 0's state stands after its output, the EOS included: the next turn starts there.
+    turn = torch.cat([one.sequences, torch.tensor([[11, 12]])], dim=1)
+    after = speculative_generate(model(), turn, max_new_tokens=3, prefix_cache=prefixes)
+    assert prefixes.report.tokens_reused == 9
+    fresh = model().generate(  # type: ignore[operator]
+        turn, attention_mask=torch.ones_like(turn), max_new_tokens=3, do_sample=False
+    )
+    assert after.sequences.tolist() == fresh.tolist()
 
 
 @pytest.mark.parametrize("setting", ["output_attentions", "output_hidden_states"])

@@ -47,8 +47,9 @@ def publish_stream(
 
     The stream's cache stands after ``stream.fed`` (tokens a rewind queued are
     not fed, so not held): that prefix is stored when it is one of ``prompt +
-    new``, where the next turn's prompt can extend it. A verify pass that fed
-    accepted drafts past an EOS (cut from the output) leaves nothing to store.
+    new``, where the next turn's prompt can extend it; a cache that stands past
+    the output is not stored (``speculative_generate`` verifies no draft past an
+    EOS, so its rows never leave one).
     """
     if prefix_cache is None or stream.cache is None:
         return

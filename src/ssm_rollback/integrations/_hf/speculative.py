@@ -11,7 +11,9 @@ An attention-only cache is cropped to the accepted tokens and replays
 nothing. That is the replay form of ``commit_verified``'s plan, which also places boundary
 snapshots when a ring is asked for. Every argument is checked before the first forward pass
 (``arguments``, ``prompts``, ``generate_args``), and a model (or assistant) whose own
-multi-token cached forward fails is refused then (``probe``); drafters are in ``drafting``.
+multi-token cached forward fails is refused then (``probe``); drafters are in ``drafting``,
+what a row decodes with in ``speculative_run``. Drafts past an EOS are never verified, and an
+accepted EOS draft ends the row there.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Sequence
 
-import attrs
 import torch
 
 from ... import SsmDecodeRing
@@ -33,7 +34,7 @@ from .arguments import (
     pad_id,
     text_vocab_size,
 )
-from .decoding import GenerationResult, Outputs, _Counts
+from .decoding import GenerationResult, _Counts
 from .drafting import DraftFn, Proposal, drafters
 from .generate_args import generate_args, settings_in_config
 from .prefix_use import checked_prefix_cache, publish_stream, start_stream
@@ -41,8 +42,9 @@ from .probe import check_multi_token_forward
 from .prompts import InputIds, read_prompts, sequences
 from .result_cache import stand_before_last
 from .scoring import Scoring
+from .speculative_run import _Boundaries, _Run
 from .stream import _Stream
-from .streaming import TokenStreamer, generate_call, open_stream
+from .streaming import generate_call, open_stream
 
 __all__ = ["speculative_generate"]
 
@@ -88,14 +90,6 @@ def _accept(
         residual = residual if float(residual.sum()) > 0 else p
         return i, int(torch.multinomial(residual / residual.sum(), 1, generator=generator))
     return len(drafts), int(torch.multinomial(probs[len(drafts)], 1, generator=generator))
-
-
-@attrs.define
-class _Boundaries:
-    """Boundary snapshots during speculative decoding: a ring and the predicate."""
-
-    ring: SsmDecodeRing
-    is_boundary: Callable[[int], bool]
 
 
 @settings_in_config
@@ -198,33 +192,6 @@ def speculative_generate(
         )
 
 
-@attrs.frozen(eq=False)
-class _Run:
-    """What a decode works with: the target's stream, boundaries, scoring, EOS ids, the
-    streamer and the counters."""
-
-    target: _Stream
-    boundaries: _Boundaries | None
-    scoring: Scoring
-    eos: tuple[int, ...]
-    stream: TokenStreamer
-    counts: _Counts
-    #: Per new token, with ``output_scores`` / ``output_logits``: its scores and raw logits.
-    outputs: Outputs = attrs.field(factory=Outputs)
-    #: The row as given (left padding kept): what ``generate``'s processors see before it.
-    given: list[int] = attrs.field(factory=list)
-    new: list[int] = attrs.field(factory=list)
-    scores: list[torch.Tensor] = attrs.field(factory=list)
-    logits: list[torch.Tensor] = attrs.field(factory=list)
-
-    def keep(self, scores: torch.Tensor, logits: torch.Tensor) -> None:
-        """Keep the rows of the tokens just committed, if asked for (``[n, vocab]`` each)."""
-        if self.outputs.scores:
-            self.scores.extend(scores.float().clone())
-        if self.outputs.logits:
-            self.logits.extend(logits.float().clone())
-
-
 def _decode(
     run: _Run,
     prompt: list[int],
@@ -247,6 +214,7 @@ def _decode(
     while new and len(new) < max_new_tokens and not any(t in eos for t in new[-k_max - 1 :]):
         k = min(k_max, max_new_tokens - len(new))
         drafts, dists = propose(prompt + new, k, scoring) if k else ([], None)
+        drafts = _cut(drafts, eos)  # an accepted EOS ends the row: nothing after it is verified
         if len(target.queued) > _REPLAY_STEPS * (k_max + 1):
             # The checkpoint is taken before the queued replay, so a verify step that carries it
             # and rejects again replays it once more: fed on its own once it is as wide as a few
@@ -256,11 +224,14 @@ def _decode(
         logits = target.feed([new[-1], *drafts])
         scores = scoring.process(run.given + new, drafts, logits)
         n, bonus = _accept(scores, drafts, dists, scoring.generator, scoring.sampled)
-        run.keep(scores[: n + 1], logits[: n + 1])
+        # An accepted EOS draft (the last of the drafts, so all of them) is the row's last token:
+        # the target's token after it is dropped, and the cache already stands after the output.
+        kept = drafts[:n] if n and drafts[n - 1] in eos else [*drafts[:n], bonus]
+        run.keep(scores[: len(kept)], logits[: len(kept)])
         counts.drafts_proposed += len(drafts)
         counts.drafts_accepted += n
         first = len(new)  # the output length of the last committed token, fed first
-        new += [*drafts[:n], bonus]
+        new += kept
         run.stream.tokens(_cut(new[first:max_new_tokens], eos))
         _commit(
             target,
