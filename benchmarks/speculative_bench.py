@@ -106,9 +106,10 @@ class Counted:
         self.calls += 1
 
     def generate(self, ids: torch.Tensor, new: int, **kwargs: object) -> torch.Tensor:
+        ones = torch.ones_like(ids)  # every id a real token: pad id 0 is never masked
         with torch.no_grad():
             out: torch.Tensor = self.model.generate(  # type: ignore[operator]
-                ids, max_new_tokens=new, do_sample=False, **kwargs
+                ids, attention_mask=ones, max_new_tokens=new, do_sample=False, **kwargs
             )
         return out
 
@@ -162,13 +163,17 @@ def oracle_section(
     runs: dict[str, Run] = {"greedy": lambda: m.generate(prompt, new)}
     reports = {}
     # The decoder probes a model's multi-token forward once, on first use: not in the counts.
-    speculative_generate(m.model, prompt, max_new_tokens=2, num_draft_tokens=K, eos_token_id=())
+    ones = torch.ones_like(prompt)  # every id a real token, as in m.generate
+    speculative_generate(
+        m.model, prompt, attention_mask=ones, max_new_tokens=2, num_draft_tokens=K, eos_token_id=()
+    )
     for rate, corrupt in ACCEPTANCE.items():
 
         def run(corrupt: int | None = corrupt, rate: str = rate) -> torch.Tensor:
             result = speculative_generate(
                 m.model,
                 prompt,
+                attention_mask=ones,
                 max_new_tokens=new,
                 draft=oracle(reference, corrupt, m.vocab),
                 num_draft_tokens=K,
@@ -282,6 +287,7 @@ def lookup_section(m: Counted, new: int, rounds: int) -> None:
             speculative_generate(
                 m.model,
                 prompt,
+                attention_mask=torch.ones_like(prompt),
                 max_new_tokens=new,
                 draft="prompt_lookup",
                 num_draft_tokens=K,

@@ -201,12 +201,13 @@ def test_a_replay_stays_bounded_when_drafts_keep_failing() -> None:
     def wrong(tokens: list[int], n: int) -> list[int]:
         return [(t + 1) % 128 for t in expected[0, len(tokens) : len(tokens) + n].tolist()]
 
-    speculative_generate(target, ids, max_new_tokens=2)  # the one-off probe of its forward
+    ones = torch.ones_like(ids)
+    speculative_generate(target, ids, attention_mask=ones, max_new_tokens=2)  # probes its forward
     widths: list[int] = []
     hook = target.register_forward_hook(lambda _, args, out: widths.append(args[0].shape[1]))
     try:
         result = speculative_generate(
-            target, ids, max_new_tokens=24, draft=wrong, num_draft_tokens=1
+            target, ids, attention_mask=ones, max_new_tokens=24, draft=wrong, num_draft_tokens=1
         )
     finally:
         hook.remove()

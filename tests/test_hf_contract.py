@@ -12,6 +12,7 @@ pytest.importorskip("transformers")
 import torch
 from transformers.utils import logging as hf_logging
 
+from ssm_rollback import InvalidArgumentError
 from ssm_rollback.integrations.transformers import (
     backtracking_generate,
     speculative_generate,
@@ -159,3 +160,35 @@ def test_a_list_batch_pads_as_the_tensor_does() -> None:
         reject=lambda t: None,
     )
     assert as_lists.sequences.tolist() == as_tensor.sequences.tolist()
+
+
+# -- prompts holding the pad id --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("decoder", "kwargs"), DECODERS)
+def test_a_direct_call_without_a_mask_pads_where_the_pad_id_is_as_generate_does(
+    decoder: object, kwargs: dict[str, object]
+) -> None:
+    """Without ``attention_mask``, ``generate`` masks the pad id's positions (the model's pad
+    id is 0, its EOS 2): the decoders once decoded them as real tokens, and their output
+    differed from generate's."""
+    assert callable(decoder)
+    lm = nemotron_h()
+
+    def both(ids: torch.Tensor, **settings: object) -> tuple[list[int], list[int]]:
+        expected = lm.generate(ids, max_new_tokens=4, do_sample=False, **settings)  # type: ignore[operator]
+        got = decoder(lm, ids, max_new_tokens=4, **kwargs, **settings)
+        return got.sequences.tolist(), expected.tolist()
+
+    padded = torch.tensor([[0, 0, 0, 0, 0, 100, 101], [11, 12, 13, 14, 15, 16, 17]])
+    got, expected = both(padded)
+    assert got == expected
+    assert got[0] != both(padded, attention_mask=torch.ones_like(padded))[1][0]
+    # A pad id passed as a keyword is the one masked; one that is also an EOS id masks nothing.
+    got, expected = both(padded + 3, pad_token_id=3)
+    assert got == expected
+    got, expected = both(padded, pad_token_id=0, eos_token_id=[5, 0])
+    assert got == expected == both(padded, attention_mask=torch.ones_like(padded))[1]
+    # A pad id after a real token would leave a hole in the mask: refused, with the way out.
+    with pytest.raises(InvalidArgumentError, match=r"derived from pad id 0.*ones_like"):
+        decoder(lm, torch.tensor([[5, 0, 6]]), max_new_tokens=2, **kwargs)

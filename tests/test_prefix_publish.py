@@ -88,11 +88,20 @@ def turn(m: torch.nn.Module, cache: HybridPrefixCache, prompt: list[int], path: 
         out, prepared = generated(m, cache, prompt)
         assert cache.publish_generated(out, prepared) == out.shape[1] - 1
         return list(out[0].tolist())
+    ones = torch.ones_like(ids)  # every id a real token: the pad id is never masked
     if path == "speculative":
-        result = speculative_generate(m, ids, max_new_tokens=NEW, prefix_cache=cache)
+        result = speculative_generate(
+            m, ids, attention_mask=ones, max_new_tokens=NEW, prefix_cache=cache
+        )
     else:
         result = backtracking_generate(
-            m, ids, max_new_tokens=NEW, is_boundary=set(), reject=no_reject, prefix_cache=cache
+            m,
+            ids,
+            attention_mask=ones,
+            max_new_tokens=NEW,
+            is_boundary=set(),
+            reject=no_reject,
+            prefix_cache=cache,
         )
     return list(result.sequences[0].tolist())
 

@@ -85,6 +85,7 @@ def run_demo(options: DemoOptions, progress: Callable[[int, int], None]) -> Demo
     result = backtracking_generate(
         model,
         prompt,
+        attention_mask=torch.ones_like(prompt),  # random ids, the pad id among them: all real
         max_new_tokens=options.length,
         is_boundary=lambda token: token % 8 == 0,  # "punctuation"
         reject=reject,

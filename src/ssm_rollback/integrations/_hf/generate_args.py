@@ -16,7 +16,9 @@ from its frame (``streaming.generate_call``).
 A direct call takes the same keywords, and generation settings as
 ``generate`` takes them (``temperature=``, ``do_sample=``...; a
 ``generation_config``, updated by them, over the model's own): the config
-and the logits processors are prepared as ``generate`` prepares them.
+and the logits processors are prepared as ``generate`` prepares them
+(``processors``); without ``attention_mask`` the pad id's positions are masked
+as ``generate`` masks them.
 Beam search and the other modes, stopping criteria other than the length and
 EOS ones ``generate`` derives from the config, outputs the decoders do not
 build (attentions, hidden states; ``output_scores`` and ``output_logits``
@@ -29,7 +31,7 @@ from __future__ import annotations
 import copy
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, ParamSpec, TypeVar, cast
+from typing import ParamSpec, TypeVar, cast
 
 import attrs
 import torch
@@ -53,14 +55,11 @@ from .generate_checks import (
     check_modes,
     check_token_settings,
     given_processors,
-    no_guidance,
 )
-from .prompts import Prompts
+from .processors import _build_processors, _generative
+from .prompts import Prompts, read_prompts
 from .result_cache import CacheUse, cache_use, passed_cache
 from .scoring import Scoring
-
-if TYPE_CHECKING:
-    from transformers._typing import GenerativePreTrainedModel
 
 __all__ = ["GenerateArgs", "generate_args", "settings_in_config"]
 
@@ -132,6 +131,19 @@ class GenerateArgs:
                 f"(or pass max_new_tokens), got {shown(length)}"
             )
         return length - width
+
+    def prompts(
+        self, input_ids: object, vocab: int, pad_token_id: object, eos: Sequence[int]
+    ) -> Prompts:
+        """The prompts with the call's mask. Without one, a direct call masks the positions
+        of the pad id (``pad_token_id``, else the config's) as ``generate`` does when none is
+        given, unless that id is also an EOS id (``generate`` then masks nothing);
+        ``generate`` passes the mask it derived."""
+        pad = self.pad_token_id if pad_token_id is None else pad_token_id
+        pad_ok = isinstance(pad, int) and not isinstance(pad, bool) and pad not in eos
+        masks = self.attention_mask is None and not self.prepared and pad_ok
+        at = cast(int, pad) if masks else None
+        return read_prompts(input_ids, self.attention_mask, self.position_ids, vocab, pad=at)
 
     def scoring(
         self,
@@ -247,15 +259,6 @@ def _direct_config(
     return prepared, {name: settings[name] for name in rest if name in settings}
 
 
-def _generative(model: torch.nn.Module) -> GenerativePreTrainedModel:
-    if not isinstance(model, GenerationMixin):
-        raise InvalidArgumentTypeError(
-            f"'model' must be a transformers generation model (a GenerationMixin), "
-            f"got {type(model).__name__}"
-        )
-    return cast("GenerativePreTrainedModel", model)  # a PreTrainedModel with GenerationMixin
-
-
 def _checked_config(value: object) -> GenerationConfig | None:
     if value is None:
         return None
@@ -265,35 +268,6 @@ def _checked_config(value: object) -> GenerationConfig | None:
             f"got {shown(value)}"
         )
     return value
-
-
-def _build_processors(
-    model: torch.nn.Module,
-    config: GenerationConfig,
-    ids: torch.Tensor,
-    mask: torch.Tensor,
-    given: LogitsProcessorList,
-) -> LogitsProcessorList:
-    """The processors ``generate`` builds for ``config``, a prompt ``ids`` and its attention
-    ``mask`` (its step 8: a repetition penalty ignores each row's left padding)."""
-    generative = _generative(model)
-    try:
-        GenerationMixin._prepare_special_tokens(
-            generative, config, True, device=ids.device, batch_size=len(ids)
-        )
-        built: LogitsProcessorList = GenerationMixin._get_logits_processor(
-            generative,
-            generation_config=config,
-            input_ids_seq_length=ids.shape[-1],
-            encoder_input_ids=ids,  # type: ignore[arg-type]  # a LongTensor: read_prompts'
-            logits_processor=given,
-            device=str(ids.device),
-            model_kwargs={"attention_mask": mask.to(ids.device)},
-        )
-    except (TypeError, ValueError) as error:
-        raise InvalidArgumentError(f"generation settings must be valid: {error}") from None
-    no_guidance(built)
-    return built
 
 
 #: A decoder's keywords that are generation settings: ``generate`` must keep them in its config.

@@ -41,7 +41,7 @@ from .decoding import GenerationReport, GenerationResult, Outputs, _Counts
 from .generate_args import generate_args, settings_in_config
 from .prefix_cache import HybridPrefixCache
 from .prefix_use import checked_prefix_cache, publish_stream, start_stream
-from .prompts import InputIds, Prompts, read_prompts, sequences
+from .prompts import InputIds, Prompts, sequences
 from .result_cache import CacheUse, stand_before_last
 from .row import _check_against_fresh, _roll_back, _Row
 from .scoring import Scoring
@@ -140,15 +140,15 @@ def backtracking_generate(
         passed = generate_args(
             "backtracking_generate", generate_kwargs, model=model, vocab=vocab, call=call
         )
-        prompts = read_prompts(input_ids, passed.attention_mask, passed.position_ids, vocab)
+        eos = eos_ids(eos_token_id, passed.eos_token_id, vocab)
+        pad = pad_id(pad_token_id, passed.pad_token_id, eos)
+        prompts = passed.prompts(input_ids, vocab, pad_token_id, eos)
         max_new_tokens = passed.max_new_tokens(max_new_tokens, len(prompts.given[0]))
         # A ring never holds more boundaries than a row has positions: no slot past those is used.
         slots = min(check_non_negative_int("capacity", capacity), max_new_tokens)
         budget = check_non_negative_int("max_rollbacks", max_rollbacks)
         check_callable("reject", reject)
         check_callable("progress", progress, optional=True)
-        eos = eos_ids(eos_token_id, passed.eos_token_id, vocab)
-        pad = pad_id(pad_token_id, passed.pad_token_id, eos)
         if stream.active and len(prompts.rows) != 1:
             raise InvalidArgumentError(
                 f"'streamer' streams one row: backtracking_generate decodes the rows of a batch "

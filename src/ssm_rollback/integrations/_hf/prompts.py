@@ -4,14 +4,15 @@
 models and masks the padding; a row then decodes as its unpadded tokens
 would. The decoders drop each row's padding, decode the rest as a batch-1
 prompt, and put the row back as it came (padding included) in front of its
-new tokens. A mask with a hole or padding on the right cannot be decoded
+new tokens. Without a mask, a direct call masks the pad id's positions as
+``generate`` does. A mask with a hole or padding on the right cannot be decoded
 that way and is refused, as are token ids outside the vocabulary.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TypeAlias
+from typing import TypeAlias, cast
 
 import attrs
 import torch
@@ -50,11 +51,18 @@ def read_prompts(
     position_ids: object,
     vocab: int,
     name: str = "input_ids",
+    *,
+    pad: int | None = None,
 ) -> Prompts:
     """``input_ids`` (``[batch, length]`` or one row) with its mask and position ids, checked;
-    errors name the ids ``name`` (the argument the caller passed them as)."""
+    errors name the ids ``name`` (the argument the caller passed them as). Without a mask,
+    the positions holding ``pad`` are padding, as in the mask ``model.generate`` derives from
+    its pad id (``GenerateArgs.prompts`` says when it derives one)."""
     ids = _ids(input_ids, name)
-    mask = _left_padding(attention_mask, ids)
+    derived = attention_mask is None and pad is not None and bool((ids == pad).any())
+    if derived:
+        attention_mask = ids.ne(cast(int, pad)).long()
+    mask = _left_padding(attention_mask, ids, f" (none given: derived from pad id {pad})" * derived)
     _check_position_ids(position_ids, ids, mask)
     outside = ((ids < 0) | (ids >= vocab)).nonzero()
     if len(outside):
@@ -100,8 +108,11 @@ def _ids(input_ids: object, name: str) -> torch.Tensor:
     return ids.long()  # compared in int64: 128 is no int8, so `ids >= vocab` would wrap there
 
 
-def _left_padding(attention_mask: object, ids: torch.Tensor) -> torch.Tensor | None:
-    """The mask as bools ``[batch, length]`` if it pads on the left only; ``None`` for no mask."""
+def _left_padding(
+    attention_mask: object, ids: torch.Tensor, derived: str = ""
+) -> torch.Tensor | None:
+    """The mask as bools ``[batch, length]`` if it pads on the left only; ``None`` for no mask.
+    (``derived``: how the mask came about, when the caller gave none.)"""
     if attention_mask is None:
         return None
     if not isinstance(attention_mask, torch.Tensor):
@@ -121,8 +132,8 @@ def _left_padding(attention_mask: object, ids: torch.Tensor) -> torch.Tensor | N
     if bool(bad.any()):
         row = int(bad.nonzero()[0])
         raise InvalidArgumentError(
-            f"'attention_mask' must pad on the left only (0s, then at least one 1, in every "
-            f"row), got {mask[row].int().tolist()} in row {row}; {_MASK_HINT}"
+            f"'attention_mask'{derived} must pad on the left only (0s, then at least one 1, in "
+            f"every row), got {mask[row].int().tolist()} in row {row}; {_MASK_HINT}"
         )
     return mask
 

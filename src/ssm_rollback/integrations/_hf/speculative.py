@@ -39,7 +39,7 @@ from .drafting import DraftFn, Proposal, drafters
 from .generate_args import generate_args, settings_in_config
 from .prefix_use import checked_prefix_cache, publish_stream, start_stream
 from .probe import check_multi_token_forward
-from .prompts import InputIds, read_prompts, sequences
+from .prompts import InputIds, sequences
 from .result_cache import stand_before_last
 from .scoring import Scoring
 from .speculative_run import _Boundaries, _Run
@@ -135,7 +135,9 @@ def speculative_generate(
         passed = generate_args(
             "speculative_generate", generate_kwargs, model=model, vocab=vocab, call=call
         )
-        prompts = read_prompts(input_ids, passed.attention_mask, passed.position_ids, vocab)
+        eos = eos_ids(eos_token_id, passed.eos_token_id, vocab)
+        pad = pad_id(pad_token_id, passed.pad_token_id, eos)
+        prompts = passed.prompts(input_ids, vocab, pad_token_id, eos)
         max_new_tokens = passed.max_new_tokens(max_new_tokens, len(prompts.given[0]))
         k_max = check_non_negative_int("num_draft_tokens", num_draft_tokens)
         # A ring never holds more boundaries than the output has positions (one past the cut).
@@ -146,8 +148,6 @@ def speculative_generate(
                 f"'{alone}' keeps boundary snapshots only with '{needs}' (a predicate and "
                 f"slots > 0): pass both, or neither"
             )
-        eos = eos_ids(eos_token_id, passed.eos_token_id, vocab)
-        pad = pad_id(pad_token_id, passed.pad_token_id, eos)
         boundary = (
             as_predicate("is_boundary", is_boundary, vocab) if is_boundary is not None else None
         )
