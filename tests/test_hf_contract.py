@@ -10,6 +10,7 @@ import pytest
 pytest.importorskip("transformers")
 
 import torch
+from transformers import GenerationConfig
 from transformers.utils import logging as hf_logging
 
 from ssm_rollback import InvalidArgumentError
@@ -123,6 +124,31 @@ def test_a_direct_call_warns_of_no_default_max_length(
         result = decoder(nemotron_h(), torch.tensor([PROMPT]), max_new_tokens=3, **kwargs)
     assert _max_length_warnings(caught) == []
     assert result.sequences.shape == (1, len(PROMPT) + 3)
+
+
+@pytest.mark.usefixtures("quiet_warnings")  # generate warns that it used its default length
+@pytest.mark.parametrize(("decoder", "kwargs"), DECODERS)
+def test_without_a_length_a_direct_call_makes_generates_default_20_new_tokens(
+    decoder: object, kwargs: dict[str, object]
+) -> None:
+    """With no length set anywhere, ``generate`` makes ``max_length`` (20) new tokens, the whole
+    capped at ``max_position_embeddings``: a direct call given a config without a length once
+    made 20 less the prompt, and one given no config at all was refused."""
+    assert callable(decoder)
+    prompt = torch.tensor([[5, 6, 7, 8, 9, 10, 11, 12, 13, 14]])
+    short = tiny_model("nemotron_h", max_position_embeddings=24)
+    for lm, new in ((nemotron_h(), 20), (short, 14)):
+        for settings in (
+            {"generation_config": GenerationConfig(do_sample=False, eos_token_id=127)},  # type: ignore[no-untyped-call]
+            {"do_sample": False, "eos_token_id": 127},
+        ):
+            expected = lm.generate(prompt, **settings)  # type: ignore[operator]
+            assert expected.shape == (1, 10 + new)
+            got = decoder(lm, prompt, **kwargs, **settings)
+            assert got.sequences.tolist() == expected.tolist()
+    # A max_length that is set stays the whole length, as in generate.
+    got = decoder(short, prompt, max_length=15, eos_token_id=127, **kwargs)
+    assert got.sequences.shape == (1, 15)
 
 
 # -- list prompts ----------------------------------------------------------------------------------

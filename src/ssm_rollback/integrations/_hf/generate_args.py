@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import ParamSpec, TypeVar, cast
 
@@ -87,8 +88,10 @@ class GenerateArgs:
     and the processors."""
 
     config: GenerationConfig
-    #: Whether the config's length applies without ``max_new_tokens`` (a config was given).
-    length_from_config: bool
+    #: In a direct call, the total length with no ``max_length`` set anywhere (not by keyword,
+    #: the config given or the model's own), ``generate``'s default counted from the prompt: the
+    #: model's ``max_position_embeddings`` (``sys.maxsize`` without one); else ``None``.
+    default_length_cap: int | None
     attention_mask: object
     position_ids: object
     #: The EOS and pad ids of the config passed, else of the model's own generation config.
@@ -118,16 +121,25 @@ class GenerateArgs:
         )
 
     def max_new_tokens(self, value: object, width: int) -> int:
-        """``max_new_tokens``, else the config's (its ``max_new_tokens``, or ``max_length``)."""
+        """``max_new_tokens``, else the config's length as ``generate`` reads it (its
+        ``_prepare_generated_length``): the config's ``max_new_tokens``, else its ``max_length``
+        less the prompt; a ``max_length`` nobody set (the default, 20) counts new tokens, the
+        whole capped at the model's ``max_position_embeddings``."""
         config = self.config
-        if value is not None or not self.length_from_config:
+        if value is not None:
             return check_int_at_least("max_new_tokens", value, 1)  # generate() refuses 0
         if config.max_new_tokens is not None:
             return check_int_at_least("generation_config.max_new_tokens", config.max_new_tokens, 1)
         length = check_non_negative_int("generation_config.max_length", config.max_length)
+        cap = self.default_length_cap
+        if cap is not None:
+            length = min(width + length, cap)
         if length <= width:
+            capped = f" (the default length capped at max_position_embeddings {cap})" * (
+                cap is not None
+            )
             raise InvalidArgumentError(
-                f"'generation_config.max_length' must exceed the prompt's length {width} "
+                f"'generation_config.max_length'{capped} must exceed the prompt's length {width} "
                 f"(or pass max_new_tokens), got {shown(length)}"
             )
         return length - width
@@ -200,7 +212,7 @@ def generate_args(
         )
     kwargs = dict(kwargs)
     given = kwargs.get("generation_config")
-    length_from_config = call is not None or given is not None or "max_length" in kwargs
+    cap = None if call is not None else _default_length_cap(model, given, kwargs.get("max_length"))
     taken = {name: kwargs.pop(name) for name in _TAKEN if name in kwargs}
     if call is None:
         config, kwargs = _direct_config(model, given, kwargs)
@@ -230,7 +242,7 @@ def generate_args(
         check_non_negative_int("logits_to_keep", logits_to_keep)
     return GenerateArgs(
         config,
-        length_from_config,
+        cap,
         taken.get("attention_mask"),
         taken.get("position_ids"),
         config.eos_token_id,
@@ -257,6 +269,18 @@ def _direct_config(
         raise InvalidArgumentError(f"generation settings must be valid: {error}") from None
     # generate copies output_attentions and the like into ``rest``: the config's, refused there
     return prepared, {name: settings[name] for name in rest if name in settings}
+
+
+def _default_length_cap(model: torch.nn.Module, given: object, max_length: object) -> int | None:
+    """``GenerateArgs.default_length_cap`` of a direct call (``generate``'s
+    ``has_default_max_length``, then its cap)."""
+    own = getattr(model, "generation_config", None)
+    if max_length is not None or any(
+        getattr(config, "max_length", None) is not None for config in (given, own)
+    ):
+        return None
+    cap = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    return cap if isinstance(cap, int) and not isinstance(cap, bool) else sys.maxsize
 
 
 def _checked_config(value: object) -> GenerationConfig | None:
