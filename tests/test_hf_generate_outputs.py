@@ -226,8 +226,12 @@ def test_an_eos_inside_accepted_drafts_ends_the_row_and_the_stream() -> None:
     assert ours.calls == theirs.calls == [batch[0].tolist(), *[[t] for t in greedy[0][6:9]], "end"]
     assert_close(one.scores, expected.scores)
     report = one.report
-    assert (report.tokens, report.forward_passes, report.drafts_accepted) == (3, 2, 2)
+    # Prefill and one verify step; returning the cache (return_dict_in_generate) then steps
+    # back over the fed EOS, where generate leaves its cache: one pass more, and only then.
+    assert (report.tokens, report.forward_passes, report.drafts_accepted) == (3, 3, 2)
     assert report.rollbacks_served == report.tokens_regenerated == 0
+    bare = speculative(model(), batch[:1], **settings).report
+    assert (bare.tokens, bare.forward_passes, bare.drafts_accepted) == (3, 2, 2)
 
     # In a batch row 1 goes on (6 drafts and a bonus, then the last 2 drafts) as row 0 ends.
     prefixes = HybridPrefixCache(model(), max_bytes=1 << 22)
