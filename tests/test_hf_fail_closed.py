@@ -24,6 +24,7 @@ from transformers.utils import logging as hf_logging
 from ssm_rollback import InvalidArgumentError
 from ssm_rollback.integrations.transformers import (
     GenerationResult,
+    HybridPrefixCache,
     backtracking_generate,
     speculative_generate,
 )
@@ -383,3 +384,30 @@ def test_speculative_boundary_snapshots_need_both_capacity_and_a_predicate(
         speculative_generate(model(), PROMPT, max_new_tokens=4, **kwargs)  # type: ignore[arg-type]
     result = speculative_generate(model(), PROMPT, max_new_tokens=4, capacity=4, is_boundary={7})
     assert result.sequences.shape[1] == PROMPT.shape[1] + 4
+
+
+def test_token_ids_on_the_meta_device_are_refused_by_name() -> None:
+    """A meta tensor has a shape and no values: the prompt checks read them and leaked torch's
+    NotImplementedError or RuntimeError; the prefix index already named its ``tokens``."""
+    m = model()
+    meta = torch.zeros(1, 4, dtype=torch.long, device="meta")
+    prefixes = HybridPrefixCache(m, max_bytes=1 << 22)
+    real = torch.tensor([[3, 4, 5, 6]])
+    calls: dict[str, Callable[[], object]] = {
+        "'input_ids' must hold token ids": lambda: prefixes.prepare(meta),
+        "'sequences' must hold token ids": lambda: prefixes.publish_generated(meta, DynamicCache()),
+        "'input_ids' must hold token ids, got a tensor on the meta": lambda: speculative_generate(
+            m, meta, max_new_tokens=2
+        ),
+        "'attention_mask' must be a tensor": lambda: speculative_generate(
+            m, real, attention_mask=torch.ones(1, 4, device="meta"), max_new_tokens=2
+        ),
+        "'tokens' must be token ids": lambda: prefixes.publish_state(meta[0], DynamicCache()),
+        "'followed_by' must be token ids": lambda: prefixes.publish_generated(
+            real, DynamicCache(), followed_by=meta[0]
+        ),
+    }
+    for message, call in calls.items():
+        with pytest.raises(InvalidArgumentError, match=message):
+            call()
+    assert prefixes.entries() == ()

@@ -63,7 +63,9 @@ def text_vocab_size(model: object, name: str = "model") -> int:
 
 def token_id(name: str, value: object, vocab: int, verb: str = "be") -> int:
     """``value`` as a token id in ``[0, vocab)``; a bool, a float or anything else is refused."""
-    if isinstance(value, bool) or (isinstance(value, torch.Tensor) and value.dtype == torch.bool):
+    if isinstance(value, bool) or (
+        isinstance(value, torch.Tensor) and (value.dtype == torch.bool or value.is_meta)
+    ):
         raise InvalidArgumentTypeError(f"'{name}' must {verb} {_IDS}, got {shown(value)}")
     try:
         token = operator.index(value)  # type: ignore[arg-type]  # refused just below if not

@@ -92,6 +92,10 @@ def _ids(input_ids: object, name: str) -> torch.Tensor:
         raise InvalidArgumentTypeError(
             f"'{name}' must be integer token ids shaped [batch, length], got {shown(input_ids)}"
         ) from None
+    if ids.is_meta:  # shapes without values: every read of them raises
+        raise InvalidArgumentTypeError(
+            f"'{name}' must hold token ids, got a tensor on the meta device (no values)"
+        )
     if ids.dim() == 1:
         ids = ids[None]
     if (
@@ -115,7 +119,7 @@ def _left_padding(
     (``derived``: how the mask came about, when the caller gave none.)"""
     if attention_mask is None:
         return None
-    if not isinstance(attention_mask, torch.Tensor):
+    if not isinstance(attention_mask, torch.Tensor) or attention_mask.is_meta:
         raise InvalidArgumentTypeError(
             f"'attention_mask' must be a tensor of 0s and 1s or None, got {shown(attention_mask)}"
         )
