@@ -224,6 +224,82 @@ HF_TP_MUTANTS: tuple[Mutant, ...] = (
         "-k",
         "zero",
     ),
+    # -- the generate contract: this round's fixes ---------------------------------------------
+    *(
+        mutant(name, f"integrations/_hf/{module}", original, replacement, tests)
+        for name, module, original, replacement, tests in (
+            (
+                "hf_penalty_row_keeps_the_batch_padding",
+                "scoring.py",
+                '            fields["prompt_ignore_length"] = ignored[row : row + 1]',
+                "            pass",
+                ("tests/test_hf_generate_misuse.py",),
+            ),
+            (
+                "hf_encoder_penalty_reads_the_batch_prompt",
+                "scoring.py",
+                '            fields["encoder_input_ids"] = prompt[row : row + 1]',
+                "            pass",
+                ("tests/test_hf_generate_misuse.py",),
+            ),
+            (
+                "hf_synthid_taken",
+                "generate_checks.py",
+                "    if isinstance(value.watermarking_config, SynthIDTextWatermarkingConfig):",
+                "    if False:",
+                ("tests/test_hf_generate_misuse.py",),
+            ),
+            (
+                "hf_config_without_cache_taken",
+                "generate_checks.py",
+                "    if value.use_cache is False:",
+                "    if False:",
+                ("tests/test_hf_generate_misuse.py",),
+            ),
+            (
+                "hf_pad_of_an_eos_masks",
+                "generate_args.py",
+                "pad_ok = isinstance(pad, int) and not isinstance(pad, bool) and pad not in eos",
+                "pad_ok = isinstance(pad, int) and not isinstance(pad, bool)",
+                ("tests/test_hf_contract.py",),
+            ),
+            (
+                "hf_default_length_uncapped",
+                "generate_args.py",
+                "            length = min(width + length, cap)",
+                "            length = width + length",
+                ("tests/test_hf_contract.py",),
+            ),
+            (
+                "hf_default_length_counts_the_prompt",
+                "generate_args.py",
+                "            length = min(width + length, cap)",
+                "            length = min(length, cap)",
+                ("tests/test_hf_contract.py",),
+            ),
+            (
+                "hf_wrappers_streamer_dropped",
+                "streaming.py",
+                "    if own is None or own is outer:",
+                "    if True:",
+                ("tests/test_hf_generate_contract.py",),
+            ),
+            (
+                "hf_result_reduced_by_fields",
+                "decoding.py",
+                "        return (type(self), (), *rest)",
+                "        return reduced",
+                ("tests/test_hf_generate_outputs.py",),
+            ),
+            (
+                "hf_batch_cache_of_the_callers_taken",
+                "result_cache.py",
+                "        if rows != 1:\n            raise InvalidArgumentError(",
+                "        if False:\n            raise InvalidArgumentError(",
+                ("tests/test_hf_generate_outputs.py",),
+            ),
+        )
+    ),
     # -- a cache whose recurrent state and attention stand after different tokens ------------
     *(
         mutant(
