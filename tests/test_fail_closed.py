@@ -256,9 +256,9 @@ def test_a_steps_saves_applied_twice_are_refused_and_copy_nothing() -> None:
     step = snapshot_boundaries(rings, positions=[4], is_boundary=[True], in_thinking=[False])
     apply_effects(pool, [step], rings)
     pool.live[0] = "after 5, not 4"
-    with pytest.raises(StaleSnapshotError, match="already holds that ticket"):
+    with pytest.raises(StaleSnapshotError, match="already took that ticket"):
         apply_effects(pool, [step], rings)
-    with pytest.raises(StaleSnapshotError, match="already holds that ticket"):
+    with pytest.raises(StaleSnapshotError, match="already took that ticket"):
         pool.save(step)
     (save,) = step
     assert pool.stored_ticket(0, save.slot) == save.ticket
@@ -269,6 +269,50 @@ def test_a_steps_saves_applied_twice_are_refused_and_copy_nothing() -> None:
 
     pool.restore([SsmSnapshotRestore(0, restore.snapshot_slot, 4, restore.ticket)])
     assert pool.live[0] == "after 4"  # the first copy, untouched
+
+
+@pytest.mark.parametrize("backend", ["fake", "torch"])
+def test_a_save_applied_again_after_its_slots_next_save_failed_is_refused(backend: str) -> None:
+    """A failed save left its slot holding nothing, and rule 6 compared with what a slot
+    holds: an older step's save applied again then went in, and the old rollback plan applied
+    again restored the newer state as the old position's."""
+    from ssm_rollback import RollbackPlan, rollback_to_boundary, snapshot_boundary_if_ssm
+
+    torch = pytest.importorskip("torch")
+    from ssm_rollback.backends.torch import TorchSnapshotPool
+
+    live = torch.zeros(1, 1)
+    pool = FakeSnapshotPool(1, 1) if backend == "fake" else TorchSnapshotPool([live], 1)
+    ring = SsmDecodeRing(1)
+
+    def state(value: float) -> None:
+        if isinstance(pool, FakeSnapshotPool):
+            pool.live[0] = value
+        else:
+            live.fill_(value)
+
+    def save_at(position: int) -> SsmSnapshotSave:
+        save = snapshot_boundary_if_ssm(
+            ring, seq=0, token_position=position, is_boundary=True, in_thinking=False
+        )
+        assert save is not None
+        return save
+
+    state(2.0)
+    first = save_at(2)
+    apply_effects(pool, [first], [ring])
+    plan = rollback_to_boundary(ring, [2], seq=0, current_len=3)
+    assert isinstance(plan, RollbackPlan)
+    state(3.0)  # another token after the rollback, and its save fails
+    pool.fail_when(lambda save: True)
+    assert not apply_effects(pool, [save_at(3)], [ring]).ok
+    pool.fail_when(None)
+    assert pool.stored_ticket(0, 0) is None  # the slot holds nothing
+    with pytest.raises(StaleSnapshotError, match="already took that ticket"):
+        apply_effects(pool, [first], [ring])
+    with pytest.raises(StaleSnapshotError):
+        apply_effects(pool, plan.effects, [ring])
+    assert pool.stored_ticket(0, 0) is None
 
 
 def test_an_older_steps_save_applied_after_its_slot_was_reused_is_refused() -> None:
@@ -298,9 +342,9 @@ def test_an_older_steps_save_applied_after_its_slot_was_reused_is_refused() -> N
     assert isinstance(stale, RollbackPlan)
     record(8)
     pool.live[0] = "after 9"
-    with pytest.raises(StaleSnapshotError, match=r"holds a newer save \(ticket \d+\)"):
+    with pytest.raises(StaleSnapshotError, match=r"took a newer save \(ticket \d+\)"):
         apply_effects(pool, [old], [ring])
-    with pytest.raises(StaleSnapshotError, match=r"holds a newer save \(ticket \d+\)"):
+    with pytest.raises(StaleSnapshotError, match=r"took a newer save \(ticket \d+\)"):
         pool.save([old])
     assert (pool.stored_position(0, 0), pool.stored_value(0, 0)) == (8, "after 8")
     with pytest.raises(StaleSnapshotError, match="not position 5"):
@@ -317,7 +361,7 @@ def test_an_older_steps_save_applied_after_its_slot_was_reused_is_refused() -> N
         flags = {"is_boundary": [False, True], "in_thinking": [False, False]}
         steps.append(commit_verified(ring, seq=0, first_position=first, accepted=1, **flags))
         apply_effects(pool, steps[-1].effects, [ring])
-    with pytest.raises(StaleSnapshotError, match="holds a newer save"):
+    with pytest.raises(StaleSnapshotError, match="took a newer save"):
         apply_effects(pool, steps[0].saves, [ring])
     assert (pool.stored_position(0, 0), pool.stored_value(0, 0)) == (9, "after 9")
 

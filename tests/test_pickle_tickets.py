@@ -168,3 +168,30 @@ def test_a_state_pickled_without_a_high_water_still_moves_past_the_tickets_it_ho
     clone = SsmDecodeRing.__new__(SsmDecodeRing)
     clone.__setstate__(old)
     assert tickets.mint_ticket() > held + 10**9
+
+
+def test_a_shallow_copy_of_a_ring_an_index_or_a_pools_tags_is_independent() -> None:
+    """``copy.copy`` shared the slot tables (the tree, the tags) but not the cursor or the
+    counts: one's change showed in the other, whose check_valid() then failed."""
+    ring = SsmDecodeRing(2)
+    ring.record(1)
+    ring.record(2)
+    twin = copy.copy(ring)
+    ring.truncate_after(1)
+    ring.record(5)
+    assert [e.token_position for e in twin.entries] == [1, 2]
+    twin.check_valid()
+    index = PrefixSnapshotIndex(2)
+    index.release(index.plan_prefill(0, [1, 2, 3, 4], publish_at=[2]))
+    other = copy.copy(index)
+    index.release(index.plan_prefill(0, [7, 8, 9], publish_at=[2]))
+    assert len(other.entries()) == 1
+    other.check_valid()
+    index.check_valid()
+    pool = FakeSnapshotPool(1, 1)
+    tags = pool._slot_tags()
+    copied = copy.copy(tags)
+    entry = ring.entries[-1]
+    apply_effects(pool, [SsmSnapshotSave(0, 0, entry.token_position, entry.ticket)], [ring])
+    assert copied.stored_ticket(0, 0) is None
+    assert tags.stored_ticket(0, 0) == entry.ticket

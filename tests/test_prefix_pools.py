@@ -169,11 +169,33 @@ def test_an_older_shared_save_applied_after_its_slot_was_reused_is_refused(make:
     old, new = SsmPrefixSave(0, 0, 4, 77), SsmPrefixSave(1, 0, 6, 78)
     apply_effects(pool, [old], [])
     apply_effects(pool, [new], [])
-    with pytest.raises(StaleSnapshotError, match=r"'effects\[0\]'.*holds a newer save \(ticket 78"):
+    with pytest.raises(StaleSnapshotError, match=r"'effects\[0\]'.*took a newer save \(ticket 78"):
         apply_effects(pool, [old], [])
     assert (inner.stored_shared_ticket(0), inner.stored_shared_value(0)) == (78, "row1")
     apply_effects(pool, [SsmPrefixRestore(0, 0, 6, 78)], [])
     assert inner.live[0] == "row1"
+
+
+@pytest.mark.parametrize("make", POOLS.values(), ids=POOLS.keys())
+def test_a_shared_save_applied_again_after_its_slots_next_save_failed_is_refused(
+    make: type,
+) -> None:
+    """The failed save left the shared slot holding nothing, and the older save applied again
+    went in under its old ticket: a hit planned for it restored whatever the row held then."""
+    inner = fake(rows=2, shared=1)
+    pool = make(inner)
+    old, new = SsmPrefixSave(0, 0, 4, 77), SsmPrefixSave(1, 0, 6, 78)
+    apply_effects(pool, [old], [])
+    inner.fail_shared_when(lambda save: True)
+    assert apply_effects(pool, [new], []).failed_shared == (new,)
+    inner.fail_shared_when(None)
+    assert inner.stored_shared_ticket(0) is None
+    inner.live[0] = "row0, later"
+    # A pool of the protocols only: apply_effects sees a slot holding nothing, and the pool's
+    # own save (here the fake's) refuses it.
+    with pytest.raises(StaleSnapshotError, match="already took that ticket"):
+        apply_effects(pool, [old], [])
+    assert inner.stored_shared_ticket(0) is None
 
 
 # -- apply_effects ------------------------------------------------------------------

@@ -15,7 +15,7 @@ commit dba0ee3 and no longer occur (``README.md`` says how to run those).
 
 from __future__ import annotations
 
-from mutant_base import Mutant
+from mutant_base import Mutant, mutant
 from mutants_core import CORE_MUTANTS
 from mutants_hf_tp import HF_TP_MUTANTS
 from mutants_more import MORE_MUTANTS
@@ -213,6 +213,20 @@ MUTANTS: tuple[Mutant, ...] = (
         "blocks = [mint_ticket() for _ in range(-(-count // _BLOCK))]",
         "blocks = [mint_ticket() for _ in range(count // _BLOCK)]",
         RING_TESTS,
+    ),
+    *(
+        mutant(
+            name,
+            module,
+            f"    def __copy__(self) -> {kind}:",
+            f"    def _copy(self) -> {kind}:",
+            ("tests/test_pickle_tickets.py",),
+        )
+        for name, module, kind in (
+            ("ring_copy_is_shallow", RING, "SsmDecodeRing"),
+            ("index_copy_is_shallow", "_core/prefix/_index.py", "PrefixSnapshotIndex"),
+            ("tags_copy_is_shallow", "pool/_slot_tags.py", "SlotTags"),
+        )
     ),
     _m(
         "tickets_unpickled_counter_not_advanced",  # a fresh process mints the pickled tickets
@@ -956,15 +970,15 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(
         "slots_commit_failed_not_cleared",
         SLOTS,
-        "        for k in failed:\n            i = flat[k]\n"
-        "            held_positions[i] = held_tickets[i] = None\n",
-        "",
+        "            i = flat[k]\n            held_positions[i] = held_tickets[i] = None\n",
+        "            i = flat[k]\n",
     ),
     _m(
         "slots_commit_keeps_old_ticket",
         SLOTS,
-        "            held_tickets[i] = ticket\n",
-        "            held_tickets[i] = ticket if held_tickets[i] is None else held_tickets[i]\n",
+        "            held_tickets[i] = seen[i] = ticket\n",
+        "            held_tickets[i] = ticket if held_tickets[i] is None else held_tickets[i]\n"
+        "            seen[i] = ticket\n",
     ),
     _m(
         "slots_forget_keeps_ticket",

@@ -276,8 +276,13 @@ MORE_MUTANTS: tuple[Mutant, ...] = (
     ),
     _sh(
         "shared_pending_ignored",
-        "        if pending:\n            for k, slot in enumerate(slots):\n",
-        "        if False:\n            for k, slot in enumerate(slots):\n",
+        "        lengths, tickets = self._held_shared_now(slots)\n        if pending:\n",
+        "        lengths, tickets = self._held_shared_now(slots)\n        if False:\n",
+    ),
+    _sh(
+        "shared_pending_seen_ignored",  # a shared save applied twice within one call
+        "        tickets = self._seen_shared_now(slots)\n        if pending:\n",
+        "        tickets = self._seen_shared_now(slots)\n        if False:\n",
     ),
     _sh(
         "shared_pending_length_not_taken",

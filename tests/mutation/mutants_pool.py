@@ -560,4 +560,45 @@ POOL_MUTANTS: tuple[Mutant, ...] = (
         "        if staged:\n            self._copy_intermediate_saves(",
         "        if False:\n            self._copy_intermediate_saves(",
     ),
+    # -- rule 6 against the newest ticket a slot took, a failed save's included -------------
+    *(
+        mutant(name, module, original, replacement, tests)
+        for name, module, original, replacement, tests in (
+            (
+                "tags_seen_not_kept",
+                "pool/_slot_tags.py",
+                "            held_tickets[i] = seen[i] = ticket",
+                "            held_tickets[i] = ticket",
+                ("tests/test_fail_closed.py",),
+            ),
+            (
+                "tags_failed_save_taken",  # a failed save could not be retried
+                "pool/_slot_tags.py",
+                "            seen[i] = before",
+                "            seen[i] = seen[i]",
+                ("tests/test_fake_pool.py",),
+            ),
+            (
+                "tags_rule6_reads_what_slots_hold",
+                "pool/_slot_tags.py",
+                "        return list(map(self._seen.__getitem__, flat))",
+                "        return list(map(self._tickets.__getitem__, flat))",
+                ("tests/test_fail_closed.py",),
+            ),
+            (
+                "tags_shared_seen_not_kept",
+                "pool/_slot_tags.py",
+                "            held_tickets[slot] = seen[slot] = ticket",
+                "            held_tickets[slot] = ticket",
+                ("tests/test_prefix_pools.py",),
+            ),
+            (
+                "shared_rule6_reads_what_slots_hold",
+                "pool/_shared_rules.py",
+                "        held = self._seen_shared(slots, pending)",
+                "        held = self._held_shared(slots, pending)[1]",
+                ("tests/test_prefix_pools.py",),
+            ),
+        )
+    ),
 )

@@ -219,7 +219,9 @@ class BatchChecks:
     def _held_tickets(
         self, seqs: list[int], slots: Sequence[int], flat: list[int]
     ) -> list[int | None]:
-        """The tickets the slots hold now (rule 6); a subclass may read only those."""
+        """Rule 6's comparison: the ticket of the newest save each slot took (``SlotTags``
+        keeps it when a later save into the slot failed); here, where a pool reports no
+        more, what each holds now."""
         return self._held(seqs, slots, flat)[1]
 
     def _may_hold(self, tickets: Sequence[int]) -> bool:
@@ -337,9 +339,9 @@ def replayed(ticket: int, held: int | None) -> bool:
 def refuse_replayed(name: str, where: str, ticket: int, held: int | None) -> StaleSnapshotError:
     """Rule 6's error for the save ``name`` at ``where`` (``replayed`` said so)."""
     why = (
-        "already holds that ticket - a save applied twice"
+        "already took that ticket - a save applied twice"
         if ticket == held
-        else f"holds a newer save (ticket {held}) - an older step's save, applied late or twice"
+        else f"took a newer save (ticket {held}) - an older step's save, applied late or twice"
     )
     return StaleSnapshotError(
         f"refusing '{name}' ({where}, ticket {ticket}), copying nothing: its slot {why}"

@@ -93,7 +93,7 @@ class SharedChecks(BatchChecks):
         seqs, slots = [s.seq for s in saves], [s.slot for s in saves]
         tickets = [s.ticket for s in saves]
         self._check_shared_ids(seqs, slots, names, writes=True)
-        held = self._held_shared(slots, pending)[1]
+        held = self._seen_shared(slots, pending)
         if any(map(replayed, tickets, held)):
             k = next(k for k, pair in enumerate(zip(tickets, held, strict=True)) if replayed(*pair))
             where = f"seq {seqs[k]}, shared slot {slots[k]}"
@@ -167,6 +167,22 @@ class SharedChecks(BatchChecks):
     def _held_shared_now(self, slots: list[int]) -> SharedHeld:
         """The lengths (``None``: not recorded) and tickets the shared slots hold (new lists)."""
         raise NotImplementedError
+
+    def _seen_shared(self, slots: list[int], pending: SharedPending | None) -> list[int | None]:
+        """Rule 6's comparison: the ticket of the newest save each shared slot took (kept
+        when a later one failed, where the pool knows it), or will take from the saves
+        before these in the step."""
+        tickets = self._seen_shared_now(slots)
+        if pending:
+            for k, slot in enumerate(slots):
+                if slot in pending:
+                    tickets[k] = pending[slot][1]
+        return tickets
+
+    def _seen_shared_now(self, slots: list[int]) -> list[int | None]:
+        """The ticket of the newest save each shared slot took (new list); what it holds,
+        where the pool reports no more (a third-party pool)."""
+        return self._held_shared_now(slots)[1]
 
 
 def _refuse_stale_shared(

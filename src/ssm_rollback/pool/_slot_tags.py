@@ -11,6 +11,7 @@ the record a third-party pool reports.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Final, final
 
@@ -99,6 +100,12 @@ class SlotTags(SharedChecks):
     _newest_ticket: int = attrs.field(init=False, default=-1)
     _shared_lengths: list[int | None] = attrs.field(init=False)
     _shared_tickets: list[int | None] = attrs.field(init=False)
+    # Per slot, the ticket of the newest save written into it, kept when a later save into
+    # it failed or a copy was forgotten: rule 6 compares with it, so an older save applied
+    # again cannot tag a slot a failed save left holding nothing (that save itself may be
+    # retried: its ticket is newer).
+    _seen: list[int | None] = attrs.field(init=False)
+    _shared_seen: list[int | None] = attrs.field(init=False)
     # Per row, the ticket of the last accept copied (rule 7); None: none ticketed yet.
     _accepted_tickets: list[int | None] = attrs.field(init=False)
 
@@ -106,6 +113,7 @@ class SlotTags(SharedChecks):
         try:
             self._shared_lengths = [None] * self._shared_slots
             self._shared_tickets = [None] * self._shared_slots
+            self._shared_seen = [None] * self._shared_slots
         except (MemoryError, OverflowError):
             raise InvalidArgumentError(
                 f"'shared_slots' must be a slot count this process can hold, "
@@ -115,6 +123,7 @@ class SlotTags(SharedChecks):
         try:
             self._positions = [None] * count
             self._tickets = [None] * count
+            self._seen = [None] * count
             self._accepted_tickets = [None] * self._num_sequences
             # Every flat index, row by row, for the batch checks to look ids up in:
             # faster than computing and range-checking them, for about 40 bytes
@@ -134,6 +143,11 @@ class SlotTags(SharedChecks):
     def __getstate__(self) -> object:
         return tickets.pickled_state(self)
 
+    def __copy__(self) -> SlotTags:
+        # Independent, as a deep copy: a shallow one shared the tags but not the newest
+        # ticket, and rule 6's shortcut then let a replayed save through.
+        return copy.deepcopy(self)
+
     def __setstate__(self, state: dict[str, object]) -> None:
         # A pool unpickled in another process: tickets minted there from now on are newer
         # than every one its slots hold, so rule 6 takes the next save and no restore
@@ -142,7 +156,7 @@ class SlotTags(SharedChecks):
 
     def _newest_held(self) -> int:
         """The largest ticket any slot or row holds (-1: none)."""
-        kept = (self._tickets, self._shared_tickets, self._accepted_tickets)
+        kept = (self._seen, self._shared_seen, self._accepted_tickets)
         return max((t for column in kept for t in column if t is not None), default=-1)
 
     def __repr__(self) -> str:
@@ -224,14 +238,16 @@ class SlotTags(SharedChecks):
         failed: Sequence[int] = (),
     ) -> None:
         """``commit`` of columns a check of these tags produced (the pool base's own)."""
-        held_positions, held_tickets = self._positions, self._tickets
+        held_positions, held_tickets, seen = self._positions, self._tickets, self._seen
         # One plain loop: in CPython 3.11 it beats map/deque over list.__setitem__.
+        taken = [seen[flat[k]] for k in failed]  # what the failed saves' slots had taken
         for i, position, ticket in zip(flat, positions, tickets, strict=True):
             held_positions[i] = position
-            held_tickets[i] = ticket
-        for k in failed:
+            held_tickets[i] = seen[i] = ticket
+        for k, before in zip(failed, taken, strict=True):
             i = flat[k]
             held_positions[i] = held_tickets[i] = None
+            seen[i] = before
         if tickets:
             self._newest_ticket = max(self._newest_ticket, max(tickets))
 
@@ -291,9 +307,13 @@ class SlotTags(SharedChecks):
         failed: Sequence[int] = (),
     ) -> None:
         held_lengths, held_tickets = self._shared_lengths, self._shared_tickets
+        seen = self._shared_seen
+        taken = [seen[slots[k]] for k in failed]  # what the failed saves' slots had taken
         for slot, length, ticket in zip(slots, lengths, tickets, strict=True):
             held_lengths[slot] = length
-            held_tickets[slot] = ticket
+            held_tickets[slot] = seen[slot] = ticket
+        for k, before in zip(failed, taken, strict=True):
+            seen[slots[k]] = before
         self._forget_shared([slots[k] for k in failed])
 
     def _forget_shared(self, slots: Sequence[int]) -> None:
@@ -304,6 +324,9 @@ class SlotTags(SharedChecks):
         lengths, tickets = self._shared_lengths, self._shared_tickets
         return [lengths[slot] for slot in slots], [tickets[slot] for slot in slots]
 
+    def _seen_shared_now(self, slots: list[int]) -> list[int | None]:
+        return [self._shared_seen[slot] for slot in slots]
+
     def _held(
         self, seqs: list[int], slots: Sequence[int], flat: list[int]
     ) -> tuple[list[int | None], list[int | None]]:
@@ -313,7 +336,7 @@ class SlotTags(SharedChecks):
     def _held_tickets(
         self, seqs: list[int], slots: Sequence[int], flat: list[int]
     ) -> list[int | None]:
-        return list(map(self._tickets.__getitem__, flat))
+        return list(map(self._seen.__getitem__, flat))  # rule 6: what each slot took
 
     def _accepted(self, seqs: list[int]) -> list[int | None]:
         return [self._accepted_tickets[seq] for seq in seqs]

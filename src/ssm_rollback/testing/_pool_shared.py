@@ -108,7 +108,7 @@ class SharedSlotConformance(PoolAdapter[P]):
         pool, shared = self._shared_pool()
         shared.save_shared([Share(1, 0, 10, 5)])
         self.set_live(pool, 1, 90)
-        with pytest.raises(StaleSnapshotError, match="already holds that ticket"):
+        with pytest.raises(StaleSnapshotError, match="already took that ticket"):
             shared.save_shared([Share(3, 1, 10, 6), Share(1, 0, 10, 5)])
         assert self._shared(shared) == [5, None, None, None]
         shared.restore_shared([Reuse(2, 0, 10, 5)])
@@ -182,7 +182,7 @@ class SharedSlotConformance(PoolAdapter[P]):
         outcome = apply_effects(pool, effects, [], prefix_index=index)
         assert outcome == SaveOutcome()
         assert self.get_live(pool, 4) == 2  # row 1's state, shared through the slot
-        with pytest.raises(StaleSnapshotError, match="already holds that ticket"):
+        with pytest.raises(StaleSnapshotError, match="already took that ticket"):
             apply_effects(pool, effects, [], prefix_index=index)  # the step applied twice
 
     def test_apply_effects_discards_a_failed_shared_save_from_the_index(self) -> None:

@@ -66,6 +66,7 @@ The order rules 7 and 9 evict in is ``_eviction.EvictionOrder``'s.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Final, final
 
@@ -142,6 +143,11 @@ class PrefixSnapshotIndex:
 
     def __getstate__(self) -> object:
         return tickets.pickled_state(self)
+
+    def __copy__(self) -> PrefixSnapshotIndex:
+        # Independent, as a deep copy: a shallow one shared the tree and the pins but not
+        # the counts, and each index then corrupted the other.
+        return copy.deepcopy(self)
 
     def __setstate__(self, state: dict[str, object]) -> None:
         # Unpickled in another process, the index mints tickets newer than every one the

@@ -55,6 +55,7 @@ order: read from the cursor round, the live positions ascend (rules 3, 4,
 
 from __future__ import annotations
 
+import copy
 import itertools
 from collections.abc import Iterator
 from typing import NoReturn, final
@@ -130,6 +131,11 @@ class SsmDecodeRing:
 
     def __getstate__(self) -> object:
         return tickets.pickled_state(self)
+
+    def __copy__(self) -> SsmDecodeRing:
+        # Independent, as a deep copy: a shallow one shared the slot tables but not the
+        # cursor, and each ring then corrupted the other.
+        return copy.deepcopy(self)
 
     def __setstate__(self, state: dict[str, object]) -> None:
         # Tickets minted here from now on are newer than every one the pickling process
