@@ -409,5 +409,25 @@ def test_a_generation_config_without_cache_is_refused_by_name(decoder: str) -> N
     """Before, a direct call took GenerationConfig(use_cache=False) and decoded through a cache
     (the use_cache=False keyword, and the config through generate, were refused)."""
     config = GenerationConfig(use_cache=False, max_new_tokens=3)  # type: ignore[no-untyped-call]
-    with pytest.raises(InvalidArgumentError, match=r"'generation_config\.use_cache' must be True"):
+    with pytest.raises(
+        InvalidArgumentError, match=r"'(generation_config\.)?use_cache' must be True"
+    ):
         _decoders()[decoder](PROMPT, attention_mask=ONES, generation_config=config)
+
+
+@pytest.mark.parametrize("decoder", ["speculative", "backtracking"])
+def test_a_model_whose_own_config_has_no_cache_decodes_as_generate_does(decoder: str) -> None:
+    """Checkpoints often save use_cache=False: generate then decodes without a cache, to the
+    same tokens. A direct call refused it, naming a generation_config the caller never gave."""
+    m = tiny_model("nemotron_h", use_cache=False)
+    expected = m.generate(  # type: ignore[operator]
+        PROMPT, attention_mask=ONES, max_new_tokens=4, do_sample=False, use_cache=True
+    ).tolist()
+    function, own = (
+        (speculative_generate, {})
+        if decoder == "speculative"
+        else (backtracking_generate, KEEP_ALL)
+    )
+    for extra in ({}, {"use_cache": True}):
+        out = call(function, m, PROMPT, attention_mask=ONES, max_new_tokens=4, **own, **extra)
+        assert _sequences(out) == expected

@@ -333,3 +333,34 @@ def test_a_cache_passed_for_a_batch_or_with_a_prefix_cache_is_named(decoder: str
             prefix_cache=prefixes,
         )
     assert decode(decoder, "direct", batch).cache is None
+
+
+@pytest.mark.parametrize("decoder", ["speculative", "backtracking"])
+def test_a_cache_not_made_for_the_model_is_named_before_any_work(decoder: str) -> None:
+    """``DynamicCache()`` without the model's config has no layer for the SSM state: the
+    forward pass raised an IndexError (generate's too); another model's layers decoded on
+    (speculative) or failed only at the end, naming no argument (backtracking)."""
+    with pytest.raises(InvalidArgumentError, match=r"'cache' must be an empty cache made for"):
+        decode(decoder, "direct", prompt(), cache=DynamicCache())
+    other = DynamicCache(config=tiny_model("jamba").config)  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match=r"got 4 layers \(layer \d is a "):
+        decode(decoder, "direct", prompt(), cache=other)
+
+
+@pytest.mark.parametrize("via", ["direct", "custom_generate"])
+@pytest.mark.parametrize("decoder", ["speculative", "backtracking"])
+def test_a_left_padded_row_returns_no_cache_and_refuses_one(decoder: str, via: str) -> None:
+    """The row decodes without its padding, where generate's cache holds the padded positions:
+    the cache returned left the padding out, and generate continued from it to other tokens
+    than from its own."""
+    ids = torch.cat([torch.zeros(1, 3, dtype=torch.long), prompt()], dim=1)
+    mask = torch.cat([torch.zeros(1, 3, dtype=torch.long), torch.ones_like(prompt())], dim=1)
+    out = decode(decoder, via, ids, attention_mask=mask)
+    assert out.cache is None
+    expected = model().generate(  # type: ignore[operator]
+        ids, attention_mask=mask, max_new_tokens=NEW, do_sample=False
+    )
+    assert out.sequences.tolist() == expected.tolist()
+    if via == "direct":
+        with pytest.raises(InvalidArgumentError, match="'cache' must be None for a left-padded"):
+            decode(decoder, via, ids, attention_mask=mask, cache=empty_cache())

@@ -348,3 +348,27 @@ def test_a_cache_rolled_back_by_a_restore_and_a_crop_is_stored_and_hits_exactly(
     assert prefixes.publish_state(prompt[0], cache) == 12
     follow_up = torch.cat([prompt, torch.tensor([[7, 8]])], dim=1)
     assert torch.equal(generated_from(prefixes, follow_up), generated(m, follow_up)[0])
+
+
+def test_a_restore_of_a_slot_saved_around_the_pool_is_taken_and_tracked_no_further() -> None:
+    """A snapshot saved through ``torch_pool`` has no length in the cache pool: its restore
+    copied, then raised a KeyError; now it restores, and the row's offset stays unknown
+    to the pool (publish_state goes by the crop alone, and refuses rather than guess)."""
+    m = model(M)
+    config = m.config
+    assert isinstance(config, PretrainedConfig)
+    prompt = torch.tensor([randoms(12, 2)])
+    cache = DynamicCache(config=config)
+    with torch.no_grad():
+        m(prompt, cache=cache)
+    pool = HybridCacheSnapshotPool(cache, 1)
+    pool.torch_pool.save([SsmSnapshotSave(0, 0, 12, 1)])
+    saved = [state.clone() for state in pool.torch_pool.live_states]
+    with torch.no_grad():
+        m(torch.tensor([[4, 5, 6]]), cache=cache)
+    pool.restore([SsmSnapshotRestore(0, 0, 12, 1)])
+    assert all(map(torch.equal, saved, pool.torch_pool.live_states))
+    crop_attention(cache, 12)
+    prefixes = HybridPrefixCache(m, max_bytes=BIG)
+    with pytest.raises(InvalidArgumentError, match="recurrent state after 15 tokens"):
+        prefixes.publish_state(prompt[0], cache)

@@ -251,9 +251,9 @@ HF_TP_MUTANTS: tuple[Mutant, ...] = (
             ),
             (
                 "hf_config_without_cache_taken",
-                "generate_checks.py",
-                "    if value.use_cache is False:",
-                "    if False:",
+                "generate_args.py",
+                'if call is None and use_cache is None and getattr(given, "use_cache", None) is False:',  # noqa: E501
+                "if False:",
                 ("tests/test_hf_generate_misuse.py",),
             ),
             (

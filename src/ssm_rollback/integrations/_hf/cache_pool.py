@@ -171,10 +171,13 @@ class HybridCacheSnapshotPool:
     def restore(self, restores: Sequence[SsmSnapshotRestore], /) -> None:
         """Put each restore's snapshot back into the cache's recurrent state of its row."""
         self._check_unchanged()
+        # Read before the copy: a slot saved around this pool (``torch_pool.save``) has no
+        # length here, and its row's offset is left as it was (publish_state may refuse).
+        lengths = [self._lengths.get((r.seq, r.slot)) for r in restores]
         self._pool.restore(restores)
-        for restore in restores:  # the pool took it: the slot was saved here
-            length = self._lengths[restore.seq, restore.slot]
-            recurrent_offset.restored(self._cache, restore.seq, length)
+        for restore, length in zip(restores, lengths, strict=True):
+            if length is not None:
+                recurrent_offset.restored(self._cache, restore.seq, length)
 
     def stored_position(self, seq: int, slot: int) -> int | None:
         """The position snapshot ``(seq, slot)`` holds, or ``None``."""

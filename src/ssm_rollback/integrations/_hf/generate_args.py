@@ -37,7 +37,7 @@ from typing import ParamSpec, TypeVar, cast
 import attrs
 import torch
 from transformers import GenerationConfig
-from transformers.cache_utils import Cache
+from transformers.cache_utils import Cache, DynamicCache
 from transformers.generation.logits_process import (
     LogitsProcessorList,
 )
@@ -106,18 +106,25 @@ class GenerateArgs:
     cache: Cache | None = None
     cache_name: str = "cache"
 
-    def cache_use(self, rows: int, *, prefixed: bool) -> CacheUse:
+    def cache_use(self, model: torch.nn.Module, prompts: Prompts, *, prefixed: bool) -> CacheUse:
         """What the call does with a cache (``result_cache``): a passed one is the caller's
         in a direct call, and through ``generate`` when the caller gave it to ``generate``."""
         callers = not self.prepared or bool(getattr(self.cache, "_is_user_defined", False))
         returned = bool(self.config.return_dict_in_generate)
+
+        def layers() -> list[type]:
+            made = DynamicCache(config=getattr(model, "config", None))
+            return [type(layer) for layer in made.layers]
+
         return cache_use(
             self.cache_name,
             self.cache,
             callers=callers,
             returned=returned,
-            rows=rows,
+            rows=len(prompts.rows),
             prefixed=prefixed,
+            padded=prompts.padded > 0,
+            layers=layers,
         )
 
     def max_new_tokens(self, value: object, width: int) -> int:
@@ -236,6 +243,13 @@ def generate_args(
         raise InvalidArgumentError(
             f"'use_cache' must be True or None: the decoders decode through a cache they roll "
             f"back, got {shown(use_cache)}"
+        )
+    # A config of the caller's asking for none, as generate reads it (a use_cache keyword
+    # wins); the model's own config's use_cache=False only saves memory in generate: ignored.
+    if call is None and use_cache is None and getattr(given, "use_cache", None) is False:
+        raise InvalidArgumentError(
+            "'generation_config.use_cache' must be True: the decoders decode through a cache "
+            "they roll back, got False"
         )
     logits_to_keep = taken.get("logits_to_keep")
     if logits_to_keep is not None:  # a memory hint: the decoders compute the logits they need

@@ -75,11 +75,6 @@ def check_modes(value: GenerationConfig) -> None:
                 f"'generation_config.{name}' must be False: the decoders return sequences, "
                 f"scores, logits and a report (a GenerationResult), got True"
             )
-    if value.use_cache is False:
-        raise InvalidArgumentError(
-            "'generation_config.use_cache' must be True: the decoders decode through a cache "
-            "they roll back, got False"
-        )
     if isinstance(value.watermarking_config, SynthIDTextWatermarkingConfig):
         raise InvalidArgumentError(
             f"'generation_config.watermarking_config' must not be SynthID's: {_SYNTHID}, got "

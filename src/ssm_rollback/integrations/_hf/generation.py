@@ -169,7 +169,7 @@ def backtracking_generate(
         grammars = row_grammars(grammar, len(prompts.rows), vocab)
         prefixes = checked_prefix_cache(prefix_cache, model)
         rules = attrs.evolve(
-            rules, cache=passed.cache_use(len(prompts.rows), prefixed=prefixes is not None)
+            rules, cache=passed.cache_use(model, prompts, prefixed=prefixes is not None)
         )
         stream.prompt(given)
         outputs, counts, rows = _decode_rows(

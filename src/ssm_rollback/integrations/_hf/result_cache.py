@@ -14,12 +14,14 @@ prefix), and the result carries none.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import cast
 
 import attrs
 from transformers.cache_utils import Cache, DynamicCache
 
 from ..._errors import InvalidArgumentError
+from .cache_pool import cache_layers
 from .generate_checks import check_empty_cache
 from .stream import _Stream
 
@@ -37,11 +39,26 @@ class CacheUse:
 
 
 def cache_use(
-    name: str, cache: Cache | None, *, callers: bool, returned: bool, rows: int, prefixed: bool
+    name: str,
+    cache: Cache | None,
+    *,
+    callers: bool,
+    returned: bool,
+    rows: int,
+    prefixed: bool,
+    padded: bool = False,
+    layers: Callable[[], list[type]] | None = None,
 ) -> CacheUse:
     """Check a passed ``cache`` (``name``; ``callers``: the caller's own, not one ``generate``
-    prepared) against ``rows`` rows and a ``prefix_cache`` (``prefixed``), before any work."""
+    prepared) against ``rows`` rows, a ``prefix_cache`` (``prefixed``), a left-padded row
+    (``padded``) and the layer types of a cache made for the model (``layers``), before any
+    work."""
     if cache is not None and callers:
+        if padded and rows == 1:
+            raise InvalidArgumentError(
+                f"'{name}' must be None for a left-padded row: the decoders decode the row "
+                f"without its padding, where generate's cache holds the padded positions too"
+            )
         if rows != 1:
             raise InvalidArgumentError(
                 f"'{name}' must be None for a batch of {rows} rows: the decoders decode each row "
@@ -52,7 +69,7 @@ def cache_use(
                 f"'{name}' must be None with prefix_cache: the row starts in a copy of the "
                 f"stored prefix, which the result returns with return_dict_in_generate=True"
             )
-    if rows != 1:
+    if rows != 1 or padded:  # no one cache as generate's to decode in or return
         return CacheUse()
     if prefixed:  # generate's own cache goes unused: the row decodes in the prefix's copy
         return CacheUse(None, returned, returned)
@@ -61,7 +78,22 @@ def cache_use(
             f"'{name}' must be an empty DynamicCache or None (no cache_implementation): the "
             f"decoders crop and restore a DynamicCache, got a {type(cache).__name__}"
         )
+    if cache is not None and callers and layers is not None:
+        given, wanted = [type(layer) for layer in cache_layers(cache)], layers()
+        if given != wanted:  # DynamicCache() without a config: no layer for the SSM state
+            raise InvalidArgumentError(
+                f"'{name}' must be an empty cache made for this model, as "
+                f"DynamicCache(config=model.config) makes it ({len(wanted)} layers), got "
+                f"{len(given)} layers" + (f" ({_first_difference(given, wanted)})" * bool(given))
+            )
     return CacheUse(cache, returned or (cache is not None and callers), returned)
+
+
+def _first_difference(given: list[type], wanted: list[type]) -> str:
+    for i, (one, other) in enumerate(zip(given, wanted, strict=False)):
+        if one is not other:
+            return f"layer {i} is a {one.__name__}, not a {other.__name__}"
+    return "another count"
 
 
 def stand_before_last(stream: _Stream, tokens: list[int]) -> int:

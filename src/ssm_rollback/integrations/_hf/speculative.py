@@ -156,7 +156,7 @@ def speculative_generate(
         if verifies:
             check_multi_token_forward("model", model, vocab)
         prefixes = checked_prefix_cache(prefix_cache, model)
-        use = passed.cache_use(len(prompts.rows), prefixed=prefixes is not None)
+        use = passed.cache_use(model, prompts, prefixed=prefixes is not None)
         if stream.active and len(prompts.rows) != 1:
             raise InvalidArgumentError(
                 f"'streamer' streams one row: speculative_generate decodes the rows of a batch "
