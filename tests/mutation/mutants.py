@@ -1536,8 +1536,8 @@ MUTANTS: tuple[Mutant, ...] = (
     _m(
         "hf_restore_skips_cache_check",
         HF_POOL_MOD,
-        "        self._check_unchanged()\n        self._pool.restore(restores)",
-        "        self._pool.restore(restores)",
+        "        self._check_unchanged()\n        # Read before the copy",
+        "        # Read before the copy",
         HF,
         select=HF_SELECT,
     ),
