@@ -311,12 +311,8 @@ def test_a_cache_cropped_without_its_snapshot_is_refused_with_nothing_stored() -
     assert state(prefixes) == before
 
 
-@pytest.mark.parametrize("restore_first", [True, False], ids=["restore-crop", "crop-restore"])
-def test_a_cache_rolled_back_by_a_restore_and_a_crop_is_stored_and_hits_exactly(
-    restore_first: bool,
-) -> None:
-    """A rollback restores the snapshot and crops the KV, in either order: then it is taken,
-    and a hit on it gives ``generate``'s tokens. Half way, it is refused."""
+def prefilled() -> tuple[torch.nn.Module, torch.Tensor, DynamicCache, HybridCacheSnapshotPool]:
+    """``M`` after a 12-token prompt, in a cache of its own, and a one-slot pool over it."""
     m = model(M)
     config = m.config
     assert isinstance(config, PretrainedConfig)
@@ -324,7 +320,16 @@ def test_a_cache_rolled_back_by_a_restore_and_a_crop_is_stored_and_hits_exactly(
     cache = DynamicCache(config=config)
     with torch.no_grad():
         m(prompt, cache=cache)
-    pool = HybridCacheSnapshotPool(cache, 1)
+    return m, prompt, cache, HybridCacheSnapshotPool(cache, 1)
+
+
+@pytest.mark.parametrize("restore_first", [True, False], ids=["restore-crop", "crop-restore"])
+def test_a_cache_rolled_back_by_a_restore_and_a_crop_is_stored_and_hits_exactly(
+    restore_first: bool,
+) -> None:
+    """A rollback restores the snapshot and crops the KV, in either order: then it is taken,
+    and a hit on it gives ``generate``'s tokens. Half way, it is refused."""
+    m, prompt, cache, pool = prefilled()
     ring = SsmDecodeRing(1)
     ring.record(12)
     entry = ring.entry_for(12)
@@ -354,14 +359,7 @@ def test_a_restore_of_a_slot_saved_around_the_pool_is_taken_and_tracked_no_furth
     """A snapshot saved through ``torch_pool`` has no length in the cache pool: its restore
     copied, then raised a KeyError; now it restores, and the row's offset stays unknown
     to the pool (publish_state goes by the crop alone, and refuses rather than guess)."""
-    m = model(M)
-    config = m.config
-    assert isinstance(config, PretrainedConfig)
-    prompt = torch.tensor([randoms(12, 2)])
-    cache = DynamicCache(config=config)
-    with torch.no_grad():
-        m(prompt, cache=cache)
-    pool = HybridCacheSnapshotPool(cache, 1)
+    m, prompt, cache, pool = prefilled()
     pool.torch_pool.save([SsmSnapshotSave(0, 0, 12, 1)])
     saved = [state.clone() for state in pool.torch_pool.live_states]
     with torch.no_grad():

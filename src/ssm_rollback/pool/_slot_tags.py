@@ -11,7 +11,6 @@ the record a third-party pool reports.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from typing import Final, final
 
@@ -78,8 +77,8 @@ def _tag_columns(
 
 
 @final
-@attrs.define(eq=False, repr=False, on_setattr=attrs.setters.NO_OP)
-class SlotTags(SharedChecks):
+@attrs.define(eq=False, repr=False, on_setattr=attrs.setters.NO_OP, getstate_setstate=False)
+class SlotTags(SharedChecks, tickets.HoldsTickets):
     """Which position and ticket each ``(seq, slot)`` holds: the stale-restore guard of every pool.
 
     A backend checks a batch (``check_saves``, ``check_restores``,
@@ -139,20 +138,6 @@ class SlotTags(SharedChecks):
                 f"can hold, got {grouped(self._slots_per_sequence)} * "
                 f"{grouped(self._num_sequences)} = {grouped(count)}"
             ) from None
-
-    def __getstate__(self) -> object:
-        return tickets.pickled_state(self)
-
-    def __copy__(self) -> SlotTags:
-        # Independent, as a deep copy: a shallow one shared the tags but not the newest
-        # ticket, and rule 6's shortcut then let a replayed save through.
-        return copy.deepcopy(self)
-
-    def __setstate__(self, state: dict[str, object]) -> None:
-        # A pool unpickled in another process: tickets minted there from now on are newer
-        # than every one its slots hold, so rule 6 takes the next save and no restore
-        # matches a slot it did not save.
-        tickets.restore_pickled(self, state, self._newest_held)
 
     def _newest_held(self) -> int:
         """The largest ticket any slot or row holds (-1: none)."""

@@ -66,7 +66,6 @@ The order rules 7 and 9 evict in is ``_eviction.EvictionOrder``'s.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from typing import Final, final
 
@@ -107,8 +106,8 @@ def _capacity(value: int) -> int:
 
 
 @final
-@attrs.define(eq=False, repr=False)
-class PrefixSnapshotIndex:
+@attrs.define(eq=False, repr=False, getstate_setstate=False)
+class PrefixSnapshotIndex(tickets.HoldsTickets):
     """The shared SSM snapshots of prompt prefixes: exact matching, pins, eviction (rules above).
 
     No tensors: ``plan_prefill`` and ``publish`` return the effects
@@ -141,20 +140,7 @@ class PrefixSnapshotIndex:
         self._order = EvictionOrder(self._eviction, self._capacity, self._by_slot)
         self._stats = dict.fromkeys(attrs.fields_dict(PrefixStats), 0)
 
-    def __getstate__(self) -> object:
-        return tickets.pickled_state(self)
-
-    def __copy__(self) -> PrefixSnapshotIndex:
-        # Independent, as a deep copy: a shallow one shared the tree and the pins but not
-        # the counts, and each index then corrupted the other.
-        return copy.deepcopy(self)
-
-    def __setstate__(self, state: dict[str, object]) -> None:
-        # Unpickled in another process, the index mints tickets newer than every one the
-        # pickling process minted: a new entry never takes the ticket its slot still holds.
-        tickets.restore_pickled(self, state, self._newest_ticket)
-
-    def _newest_ticket(self) -> int:
+    def _newest_held(self) -> int:
         """The largest ticket the index keeps: its entries', its plans' and holds', the gone."""
         held = [live.entry.ticket for live in self._by_slot.values()]
         return max([*held, *self._plans, *self._gone], default=-1)

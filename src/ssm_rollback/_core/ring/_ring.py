@@ -55,7 +55,6 @@ order: read from the cursor round, the live positions ascend (rules 3, 4,
 
 from __future__ import annotations
 
-import copy
 import itertools
 from collections.abc import Iterator
 from typing import NoReturn, final
@@ -106,8 +105,8 @@ def _capacity(value: int) -> int:
 @final
 # No on_setattr hooks: attrs would otherwise run the capacity converter's
 # machinery on every cursor update, tripling the cost of ``record``.
-@attrs.define(eq=False, repr=False, on_setattr=attrs.setters.NO_OP)
-class SsmDecodeRing:
+@attrs.define(eq=False, repr=False, on_setattr=attrs.setters.NO_OP, getstate_setstate=False)
+class SsmDecodeRing(tickets.HoldsTickets):
     """Bookkeeping of one decode sequence's SSM snapshots (rules in this module's docstring).
 
     ``capacity`` is the number of snapshot slots the pool reserved for the
@@ -129,18 +128,8 @@ class SsmDecodeRing:
     # The newest live position (-1 when none): the order check of rule 3.
     _newest: int = attrs.field(init=False, default=-1)
 
-    def __getstate__(self) -> object:
-        return tickets.pickled_state(self)
-
-    def __copy__(self) -> SsmDecodeRing:
-        # Independent, as a deep copy: a shallow one shared the slot tables but not the
-        # cursor, and each ring then corrupted the other.
-        return copy.deepcopy(self)
-
-    def __setstate__(self, state: dict[str, object]) -> None:
-        # Tickets minted here from now on are newer than every one the pickling process
-        # minted, this ring's and its pool's slots' alike (rule 10 across processes).
-        tickets.restore_pickled(self, state, lambda: max(self._tickets, default=-1))
+    def _newest_held(self) -> int:
+        return max(self._tickets, default=-1)
 
     @property
     def capacity(self) -> int:

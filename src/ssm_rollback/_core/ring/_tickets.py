@@ -6,20 +6,22 @@ restore carries.
 
 An object that holds tickets (a ring, a prefix index, a pool's tags) carries
 the counter's high water when pickled, and unpickling it moves this process's
-counter past it (``pickled_state`` / ``restore_pickled``). Without that, a
+counter past it (``HoldsTickets``). Without that, a
 ring or index unpickled in a fresh process would mint the tickets its pool's
 slots already hold, and a restore would take another record's state.
 """
 
 from __future__ import annotations
 
+import copy
 import itertools
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from typing import Self, cast
 
 import attrs
 
-__all__ = ["advance_past", "mint_ticket", "mint_tickets", "pickled_state", "restore_pickled"]
+__all__ = ["HoldsTickets", "advance_past", "mint_ticket", "mint_tickets"]
 
 # Rule 10: one counter for the process, so no two records anywhere share a
 # ticket. ``next`` on an ``itertools.count`` is atomic under the GIL. Each call
@@ -60,20 +62,37 @@ def advance_past(ticket: int) -> None:
         mint_ticket = itertools.count((ticket // _BLOCK + 1) * _BLOCK, _BLOCK).__next__
 
 
-def pickled_state(holder: attrs.AttrsInstance) -> dict[str, object]:
-    """An attrs object's fields for ``__getstate__``, with the counter's high water: a ticket
-    above every ticket minted in this process so far (it uses up one block)."""
-    state = {field.name: getattr(holder, field.name) for field in attrs.fields(type(holder))}
-    state[_HIGH_WATER] = mint_ticket()
-    return state
+class HoldsTickets:
+    """Pickling and copying for a class whose objects hold tickets (a ring, a prefix index,
+    a pool's tags): one home for both rules.
 
+    Pickled, such an object carries the counter's high water, and unpickling
+    it moves this process's counter past that and past ``_newest_held()``
+    (the largest ticket it keeps: for a state pickled without a high water).
+    ``copy.copy`` makes an independent copy, as ``copy.deepcopy`` does: a
+    shallow one would share the object's tables but not its counters, and
+    each copy would corrupt the other. The class must be an attrs class
+    defined with ``getstate_setstate=False``.
+    """
 
-def restore_pickled(holder: object, state: Mapping[str, object], newest: Callable[[], int]) -> None:
-    """``__setstate__``: the fields back, then the counter moved past the pickling process's
-    high water, and past ``newest()``, the largest ticket the holder keeps (for a state
-    pickled without a high water)."""
-    high = state.get(_HIGH_WATER, -1)
-    for name, value in state.items():
-        if name != _HIGH_WATER:
-            object.__setattr__(holder, name, value)
-    advance_past(max(high if type(high) is int else -1, newest()))
+    __slots__ = ()
+
+    def __getstate__(self) -> object:
+        fields = attrs.fields(cast("type[attrs.AttrsInstance]", type(self)))
+        state = {field.name: getattr(self, field.name) for field in fields}
+        state[_HIGH_WATER] = mint_ticket()  # above every ticket minted here so far
+        return state
+
+    def __setstate__(self, state: Mapping[str, object]) -> None:
+        high = state.get(_HIGH_WATER, -1)
+        for name, value in state.items():
+            if name != _HIGH_WATER:
+                object.__setattr__(self, name, value)
+        advance_past(max(high if type(high) is int else -1, self._newest_held()))
+
+    def __copy__(self) -> Self:
+        return copy.deepcopy(self)
+
+    def _newest_held(self) -> int:
+        """The largest ticket the object keeps (-1: none)."""
+        raise NotImplementedError
