@@ -6,10 +6,12 @@
 never feeds the last). The decoders decode each row in a batch-1 cache of
 its own, so for one row they do the same: the row decodes in the cache
 passed (the caller's, or the one ``generate`` prepared), and is left after
-all its tokens but the last. A batch of several rows has no one cache to
-decode in or return: a cache of the caller's is refused by name for it (as
-it is with ``prefix_cache``, where the row starts in a copy of a stored
-prefix), and the result carries none.
+all its tokens but the last. A batch of several rows, or a left-padded row
+(decoded without its padding, which ``generate``'s cache holds), has no
+cache as ``generate``'s to decode in or return: a cache of the caller's is
+refused by name for it (as it is with ``prefix_cache``, where the row
+starts in a copy of a stored prefix, and as one not made for the model is),
+and the result carries none.
 """
 
 from __future__ import annotations
@@ -100,9 +102,10 @@ def stand_before_last(stream: _Stream, tokens: list[int]) -> int:
     """Leave the stream's cache after ``tokens[:-1]`` (the row's unpadded prompt and output),
     as ``generate`` leaves its cache; the forward passes that took (0 or 1).
 
-    Tokens fed past that (a last token fed, accepted drafts past an EOS) are
-    undone from the stream's checkpoint, taken before them; tokens missing (a
-    rewind's queued replay) are fed.
+    Tokens fed past that (the last token: backtracking feeds it, and an
+    accepted EOS draft is fed in its verify step) are undone from the
+    stream's checkpoint, taken before them; tokens missing (a rewind's queued
+    replay) are fed.
     """
     want = tokens[:-1]
     fed = stream.fed
