@@ -116,3 +116,14 @@ def test_prefix_caching_on_is_refused_at_startup(model: Path) -> None:
     refused = _run(model, "refuse")
     assert refused["refused"] == "UnsupportedEngineError", refused  # type: ignore[call-overload]
     assert "enable_prefix_caching" in str(refused["message"])  # type: ignore[call-overload]
+
+
+def test_a_request_fed_prompt_embeds_neither_loads_nor_publishes(model: Path) -> None:
+    """Such a request's ids are vLLM's placeholders: it raised on its empty ids (every later
+    step failed too), and its state, published under the placeholders, was loaded for a
+    request of those ids (silently other tokens)."""
+    base, ours = _run(model, "embeds"), _run(model, "embeds-connector")
+    names = ["embeds", "placeholders", "embeds, loading", "ids"]
+    assert [r["name"] for r in ours] == names  # type: ignore[index]
+    assert [r["tokens"] for r in ours] == [r["tokens"] for r in base]  # type: ignore[index]
+    assert [r["cached"] for r in ours] == [0, 0, 0, 0]  # type: ignore[index]

@@ -67,6 +67,34 @@ def requests_of(
             yield f"c{c}t{turn}", prompt, MAX_TOKENS
 
 
+def _embeds(llm: object, model: str, params: type) -> list[dict[str, object]]:
+    """A request fed ``prompt_embeds`` (vLLM holds placeholder ids 0 for it) that may only
+    publish, one of those placeholder ids and more, the embeds again with loading on, then the
+    ids: none may load or publish a shared prefix."""
+    from safetensors.torch import load_file
+
+    weights = load_file(os.path.join(model, "model.safetensors"))
+    embedding = next(value for key, value in weights.items() if "embed" in key)
+    ids = _words(random.Random(7), 58)
+    quiet = {"kv_transfer_params": {"ssm_rollback": {"load": False}}}  # a publish only
+    results: list[dict[str, object]] = []
+    first: list[int] = []
+    for name, prompt, extra in (
+        ("embeds", {"prompt_embeds": embedding[ids].clone()}, quiet),
+        ("placeholders", None, {}),
+        ("embeds, loading", {"prompt_embeds": embedding[ids].clone()}, {}),
+        ("ids", {"prompt_token_ids": ids}, {}),
+    ):
+        if prompt is None:  # the ids vLLM holds for the embeds request and its output, and one more
+            prompt = {"prompt_token_ids": [0] * len(ids) + first[:-1] + [5]}
+        sampling = params(temperature=0.0, max_tokens=MAX_TOKENS, extra_args=extra)
+        done = llm.generate([prompt], sampling, use_tqdm=False)[0]  # type: ignore[attr-defined]
+        tokens = list(done.outputs[0].token_ids)
+        first = first or tokens
+        results.append({"name": name, "tokens": tokens, "cached": done.num_cached_tokens or 0})
+    return results
+
+
 def main(model: str, mode: str) -> None:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     from vllm.config import KVTransferConfig
@@ -74,6 +102,7 @@ def main(model: str, mode: str) -> None:
     from vllm import LLM, SamplingParams
 
     classes = {"connector": "SsmPrefixConnector", "no-ssm": "NoSsmConnector"}
+    classes |= {"embeds-connector": "SsmPrefixConnector"}
     classes |= {"stale": "StaleConnector", "refuse": "SsmPrefixConnector"}
     kwargs: dict[str, object] = {}
     if mode in classes:
@@ -96,6 +125,10 @@ def main(model: str, mode: str) -> None:
         kv_cache_memory_bytes=64 << 20,
         **kwargs,
     )
+    if mode.startswith("embeds"):
+        engine["enable_prompt_embeds"] = True
+        print("RESULT " + json.dumps(_embeds(LLM(**engine), model, SamplingParams)))
+        return
     if mode == "refuse":
         try:
             LLM(**engine)

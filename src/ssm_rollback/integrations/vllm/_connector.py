@@ -91,8 +91,14 @@ class SsmPrefixConnector(KVConnectorBase_V1, SupportsHMA):
         if num_computed_tokens:
             return 0, False
         tokens = list(request.prompt_token_ids or ())  # type: ignore[attr-defined]
-        shared = getattr(request, "lora_request", None) is None and not getattr(
-            request, "cache_salt", None
+        # Shared only where the state is the base model's over these ids: not a LoRA adapter's,
+        # not a salted tenant's, and not one fed embeddings (prompt_embeds: its ids are vLLM's
+        # placeholders, so its state would be published under ids it never saw).
+        shared = (
+            bool(tokens)
+            and getattr(request, "lora_request", None) is None
+            and not getattr(request, "cache_salt", None)
+            and getattr(request, "prompt_embeds", None) is None
         )
         try:
             options = options_of(request.kv_transfer_params, shared=shared)  # type: ignore[attr-defined]

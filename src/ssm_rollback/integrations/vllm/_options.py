@@ -51,7 +51,8 @@ def prefix_slots(extra: Mapping[str, object] | None) -> int:
 def options_of(params: Mapping[str, object] | None, *, shared: bool) -> RequestOptions:
     """What a request may do with shared prefixes: its ``request_options``, or neither load nor
     publish when it is not ``shared`` (a LoRA adapter's or a salted request's state is not
-    the base model's, nor another tenant's). A malformed ``kv_transfer_params`` raises (the
+    the base model's, nor another tenant's; a request fed ``prompt_embeds`` has no ids of
+    its own). A malformed ``kv_transfer_params`` raises (the
     connector then serves the request without shared prefixes: one request's mistake must
     not stop the engine)."""
     options = request_options(params)
