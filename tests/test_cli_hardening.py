@@ -445,6 +445,23 @@ def test_help_or_version_that_cannot_be_written_is_an_error(argv: list[str]) -> 
     )
 
 
+def test_a_usage_error_with_stderr_closed_still_exits_2() -> None:
+    """Only --help and --version write to a closed stdout as an error: a usage error whose
+    stderr was closed exited 1 (as an unwritten output) once that check came in."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import os, sys; os.close(2); from ssm_rollback.cli import main; "
+            "sys.stderr = None; sys.exit(main(['plan', '--bogus']))",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2  # argparse then shows its usage on stdout, as it always did
+
+
 def test_a_closed_stderr_leaves_the_progress_bar_out(monkeypatch: pytest.MonkeyPatch) -> None:
     """Started with ``2>&-``, ``sys.stderr`` is None: the progress bar asked it isatty()."""
     monkeypatch.setattr(sys, "stderr", None)

@@ -208,6 +208,17 @@ def test_a_kind_that_is_no_str_or_a_key_whose_repr_raises_is_refused_by_name() -
         effect_from_dict({**base, Loud(): 1})  # type: ignore[dict-item]
 
 
+def test_a_kind_given_as_a_str_enum_is_read_as_its_value() -> None:
+    """A StrEnum's member is a str: read as its value, as before the kind had to be a str."""
+    from enum import StrEnum
+
+    class Kind(StrEnum):
+        RESTORE = SsmSnapshotRestore.kind
+
+    restore = SsmSnapshotRestore(1, 2, 3, 4)
+    assert effect_from_dict({**restore.to_dict(), "kind": Kind.RESTORE}) == restore
+
+
 def test_a_dict_with_a_key_its_kind_does_not_have_is_refused() -> None:
     extra = {**SsmSnapshotRestore(1, 2, 3, 4).to_dict(), "source": None}
     with pytest.raises(InvalidArgumentError, match=r"unexpected \['source'\]"):

@@ -114,10 +114,12 @@ def effect_from_dict(d: Mapping[str, object]) -> Effect:
             f"'d' must be a mapping from effect.to_dict(), but reading it raised "
             f"{type(error).__name__}: {error}"
         ) from error
-    kind = d.get("kind")
-    if type(kind) is not str or kind not in _KINDS:  # an array's == is no bool: not compared
+    given = d.get("kind")
+    # Read as a plain str (a StrEnum's value too): an array's == is no bool, never compared.
+    kind = str.__str__(given) if isinstance(given, str) else None
+    if kind not in _KINDS:
         raise InvalidArgumentError(
-            f"'d[\"kind\"]' must be one of {sorted(_KINDS)}, got {shown(kind)}"
+            f"'d[\"kind\"]' must be one of {sorted(_KINDS)}, got {shown(given)}"
         )
     if kind == SsmSnapshotSave.kind:
         _keys(d, (*_SNAPSHOT_FIELDS, "source"))

@@ -43,8 +43,9 @@ class _Parser(argparse.ArgumentParser):
     def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
         # argparse drops a failed write; --help and --version on stdout are the output, so
         # one that cannot be written (a full disk, a closed pipe) must say so (``_written``).
-        # Only they pass no file: stdout, or None where stdout was closed (``>&-``).
-        if message and file is None:
+        # They pass stdout, None where it was closed (``>&-``); a usage error passes stderr,
+        # None where that was closed, and is left to argparse (exit 2, nothing written).
+        if message and file is None and sys.stdout is None:
             raise OSError(errno.EBADF, "standard output is closed")
         if message and file is sys.stdout:
             file.write(message)

@@ -52,7 +52,7 @@ def advance_past(ticket: int) -> None:
 
     Nothing changes when the counter is past it already (the usual case: the
     ticket was minted here). An unpickling that races a mint in another thread
-    may let that one mint come from the old counter; pickle while no other
+    may let that one mint come from the old counter: unpickle while no other
     thread records.
     """
     global mint_ticket

@@ -161,11 +161,13 @@ class HybridCacheSnapshotPool:
         if not isinstance(saves, SaveBatch | Sequence):  # an iterator: read once, here
             saves = list(saves)
         outcome = self._pool.save(saves)
-        length = recurrent_offset.attention_length(self._cache)
-        for save in saves:  # after every row's tokens: what a restore puts back
-            self._lengths[save.seq, save.slot] = length + recurrent_offset.offset(
-                self._cache, save.seq
-            )
+        if isinstance(saves, SaveBatch):  # its columns: no value built per row
+            seqs, slots = saves.seqs, saves.slots
+        else:
+            seqs, slots = tuple(s.seq for s in saves), tuple(s.slot for s in saves)
+        # After how many tokens each saved state stands: what a restore of it puts back.
+        lengths = recurrent_offset.recurrent_lengths(self._cache, seqs)
+        self._lengths.update(zip(zip(seqs, slots, strict=True), lengths, strict=True))
         return outcome
 
     def restore(self, restores: Sequence[SsmSnapshotRestore], /) -> None:

@@ -18,10 +18,11 @@ restored into has offset 0. A copy made outside the library
 from __future__ import annotations
 
 import weakref
+from collections.abc import Sequence
 
-from transformers.cache_utils import Cache
+from transformers.cache_utils import Cache, DynamicLayer, DynamicSlidingWindowLayer
 
-__all__ = ["attention_length", "moved_attention", "offset", "restored"]
+__all__ = ["attention_length", "moved_attention", "offset", "recurrent_lengths", "restored"]
 
 
 class _Offsets:
@@ -38,10 +39,21 @@ _offsets: weakref.WeakKeyDictionary[Cache, _Offsets] = weakref.WeakKeyDictionary
 
 
 def attention_length(cache: Cache) -> int:
-    """The most tokens a layer of the cache says it holds (``cache_lengths``' largest)."""
+    """The tokens the cache's KV holds, read on the host where a layer keeps them there: an
+    attention layer's keys, a sliding window's count. Only a cache of linear-attention layers
+    alone reads its layers' 0-d token counts (a device read each)."""
+    layers = getattr(cache, "layers", ())
+    for layer in layers:
+        if isinstance(layer, DynamicSlidingWindowLayer):
+            if layer.is_initialized:
+                return int(layer.cumulative_length)
+        elif isinstance(layer, DynamicLayer):  # a parallel attention + SSM layer's KV too
+            held = DynamicLayer.get_seq_length(layer)
+            if held:
+                return held
     lengths = [
         int(length())
-        for layer in getattr(cache, "layers", ())
+        for layer in layers
         if callable(length := getattr(layer, "get_seq_length", None))
     ]
     return max(lengths, default=0)
@@ -51,6 +63,14 @@ def offset(cache: Cache, row: int) -> int:
     """Row ``row``'s recurrent token count less its KV's (0: they agree)."""
     held = _offsets.get(cache)
     return 0 if held is None else held.rows.get(row, held.every)
+
+
+def recurrent_lengths(cache: Cache, rows: Sequence[int]) -> list[int]:
+    """Where each of ``rows``' recurrent state stands, in tokens (what a save of it holds)."""
+    length, held = attention_length(cache), _offsets.get(cache)
+    if held is None:  # never cropped nor restored into: every row where its KV is
+        return [length] * len(rows)
+    return [length + held.rows.get(row, held.every) for row in rows]
 
 
 def moved_attention(cache: Cache, by: int) -> None:
