@@ -370,3 +370,21 @@ def test_a_restore_of_a_slot_saved_around_the_pool_is_taken_and_tracked_no_furth
     prefixes = HybridPrefixCache(m, max_bytes=BIG)
     with pytest.raises(InvalidArgumentError, match="recurrent state after 15 tokens"):
         prefixes.publish_state(prompt[0], cache)
+
+
+def test_a_snapshot_saved_half_way_through_a_rollback_restores_where_it_stood() -> None:
+    """Saved after the crop and before the restore, a snapshot holds the recurrent state after
+    all 15 tokens: restoring it later must not make the cache look rolled back to 12."""
+    m, prompt, cache, pool = prefilled()
+    with torch.no_grad():
+        m(torch.tensor([[4, 5, 6]]), cache=cache)  # on to 15 tokens
+    crop_attention(cache, 12)  # the KV at 12, the recurrent state still after 15
+    ring = SsmDecodeRing(1)
+    ring.record(12)
+    entry = ring.entry_for(12)
+    assert entry is not None
+    apply_effects(pool, [SsmSnapshotSave(0, entry.snapshot_slot, 12, entry.ticket)], [ring])
+    pool.restore([SsmSnapshotRestore(0, entry.snapshot_slot, 12, entry.ticket)])
+    prefixes = HybridPrefixCache(m, max_bytes=BIG)
+    with pytest.raises(InvalidArgumentError, match="recurrent state after 15 tokens"):
+        prefixes.publish_state(prompt[0], cache)

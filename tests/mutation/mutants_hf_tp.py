@@ -320,6 +320,13 @@ HF_TP_MUTANTS: tuple[Mutant, ...] = (
                 ("tests/test_hf_generate_misuse.py",),
             ),
             (
+                "hf_saves_ignore_the_offset",
+                "recurrent_offset.py",
+                "    if held is None:  # never cropped nor restored into",
+                "    if True:  # never cropped nor restored into",
+                ("tests/test_hf_prefix_cache_misuse.py",),
+            ),
+            (
                 "hf_batch_cache_of_the_callers_taken",
                 "result_cache.py",
                 "        if rows != 1:\n            raise InvalidArgumentError(",

@@ -864,4 +864,18 @@ MORE_MUTANTS: tuple[Mutant, ...] = (
         "-k",
         "shared or scattered",
     ),
+    mutant(
+        "effect_dict_kind_str_subclass_refused",
+        "_core/effect_dict.py",
+        "    kind = str.__str__(given) if isinstance(given, str) else None",
+        "    kind = given if type(given) is str else None",
+        ("tests/test_effects.py",),
+    ),
+    mutant(
+        "cli_usage_error_to_closed_stderr_is_an_output_error",
+        "cli/__init__.py",
+        "        if message and file is None and sys.stdout is None:",
+        "        if message and file is None:",
+        ("tests/test_cli_hardening.py",),
+    ),
 )
