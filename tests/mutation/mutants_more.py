@@ -276,18 +276,18 @@ MORE_MUTANTS: tuple[Mutant, ...] = (
     ),
     _sh(
         "shared_pending_ignored",
-        "        lengths, tickets = self._held_shared_now(slots)\n        if pending:\n",
-        "        lengths, tickets = self._held_shared_now(slots)\n        if False:\n",
+        "    if pending:\n        for k, slot in enumerate(slots):\n",
+        "    if False:\n        for k, slot in enumerate(slots):\n",
     ),
     _sh(
         "shared_pending_seen_ignored",  # a shared save applied twice within one call
-        "        tickets = self._seen_shared_now(slots)\n        if pending:\n",
-        "        tickets = self._seen_shared_now(slots)\n        if False:\n",
+        "        return _with_pending(slots, pending, None, self._seen_shared_now(slots))[1]",
+        "        return self._seen_shared_now(slots)",
     ),
     _sh(
         "shared_pending_length_not_taken",
-        "                    if lengths is not None:\n                        lengths[k] = length\n",
-        "                    pass\n",
+        "                if lengths is not None:\n                    lengths[k] = length\n",
+        "                pass\n",
     ),
     # -- grammar: the rollback transaction ---------------------------------------------------
     _g(

@@ -155,14 +155,7 @@ class SharedChecks(BatchChecks):
 
     def _held_shared(self, slots: list[int], pending: SharedPending | None) -> SharedHeld:
         """What the shared slots will hold: lengths (``None``: not recorded) and tickets."""
-        lengths, tickets = self._held_shared_now(slots)
-        if pending:
-            for k, slot in enumerate(slots):
-                if slot in pending:
-                    length, tickets[k] = pending[slot]
-                    if lengths is not None:
-                        lengths[k] = length
-        return lengths, tickets
+        return _with_pending(slots, pending, *self._held_shared_now(slots))
 
     def _held_shared_now(self, slots: list[int]) -> SharedHeld:
         """The lengths (``None``: not recorded) and tickets the shared slots hold (new lists)."""
@@ -172,17 +165,29 @@ class SharedChecks(BatchChecks):
         """Rule 6's comparison: the ticket of the newest save each shared slot took (kept
         when a later one failed, where the pool knows it), or will take from the saves
         before these in the step."""
-        tickets = self._seen_shared_now(slots)
-        if pending:
-            for k, slot in enumerate(slots):
-                if slot in pending:
-                    tickets[k] = pending[slot][1]
-        return tickets
+        return _with_pending(slots, pending, None, self._seen_shared_now(slots))[1]
 
     def _seen_shared_now(self, slots: list[int]) -> list[int | None]:
         """The ticket of the newest save each shared slot took (new list); what it holds,
         where the pool reports no more (a third-party pool)."""
         return self._held_shared_now(slots)[1]
+
+
+def _with_pending(
+    slots: list[int],
+    pending: SharedPending | None,
+    lengths: list[int | None] | None,
+    tickets: list[int | None],
+) -> SharedHeld:
+    """``lengths`` and ``tickets`` of ``slots`` (lists the caller owns, changed in place) with
+    what the saves before them in the step write there (``pending``)."""
+    if pending:
+        for k, slot in enumerate(slots):
+            if slot in pending:
+                length, tickets[k] = pending[slot]
+                if lengths is not None:
+                    lengths[k] = length
+    return lengths, tickets
 
 
 def _refuse_stale_shared(
