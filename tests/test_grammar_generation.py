@@ -293,3 +293,24 @@ def test_grammar_argument_errors_name_it() -> None:
     with pytest.raises(TypeError, match=r"'grammar\[0\]' must implement GrammarMatcher"):
         backtracking_generate(model(), prompts, grammar=["a", one], **common)  # type: ignore[arg-type, list-item]
     assert one.num_tokens == 0
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_grammar_that_is_done_ends_the_row_whatever_the_eos_ids(engine: str) -> None:
+    """The grammar's own stop token (the tokenizer's EOS) ends the row even where the call's
+    EOS ids do not hold it: a done matcher accepts nothing more."""
+    matcher = make(engine, RECORD)
+    result = backtracking_generate(
+        model(),
+        torch.tensor([PROMPT]),
+        max_new_tokens=40,
+        eos_token_id=[0],  # not the grammar's stop token
+        is_boundary=BOUNDARY_BYTES,
+        reject=lambda tokens: None,
+        grammar=matcher,
+    )
+    out = result.sequences[0, len(PROMPT) :].tolist()
+    assert matcher.is_terminated()
+    assert out[-1] == EOS
+    assert len(out) < 40
+    assert set(json.loads(TOK.decode(out[:-1]))) == {"id", "ok"}

@@ -327,6 +327,20 @@ HF_TP_MUTANTS: tuple[Mutant, ...] = (
                 ("tests/test_hf_prefix_cache_misuse.py",),
             ),
             (
+                "gen_ends_ignores_a_done_grammar",
+                "generation.py",
+                "    done = row.grammar is not None and row.grammar.is_done()",
+                "    done = False",
+                ("tests/test_grammar_generation.py",),
+            ),
+            (
+                "gen_ends_ignores_the_eos",
+                "generation.py",
+                " or (bool(output) and output[-1] in rules.eos) or done",
+                " or done",
+                ("tests/test_hf_generate_outputs.py",),
+            ),
+            (
                 "hf_batch_cache_of_the_callers_taken",
                 "result_cache.py",
                 "        if rows != 1:\n            raise InvalidArgumentError(",

@@ -232,9 +232,7 @@ def _decode_rows(
 
 def _decode_row(row: _Row, rules: _Rules, counts: _Counts, progress: Callable[[int], None]) -> None:
     stream, output, grammar = row.stream, row.output, row.grammar
-    while len(output) < rules.max_new_tokens and not (output and output[-1] in rules.eos):
-        if grammar is not None and grammar.is_done():
-            break
+    while not _ends(row, rules):
         scores = _without(_scores(row, rules), _refused_here(row))
         token = rules.scoring.pick(scores)
         rolled_back = False
@@ -271,10 +269,11 @@ def _decode_row(row: _Row, rules: _Rules, counts: _Counts, progress: Callable[[i
 
 
 def _ends(row: _Row, rules: _Rules) -> bool:
-    """Whether the row's newest token is its last."""
+    """Whether the row is done: its newest token is its last (the length, an EOS, a grammar
+    that is done), or a grammar is done before any."""
     output = row.output
     done = row.grammar is not None and row.grammar.is_done()
-    return len(output) >= rules.max_new_tokens or output[-1] in rules.eos or done
+    return len(output) >= rules.max_new_tokens or (bool(output) and output[-1] in rules.eos) or done
 
 
 def _stream_final(row: _Row, stream: TokenStreamer) -> None:
