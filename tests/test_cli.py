@@ -111,6 +111,20 @@ def test_the_readme_shows_the_demo_summary() -> None:
         assert line in shown
 
 
+def test_the_readme_shows_what_the_demo_prints() -> None:
+    """Every line of the README's demo block but the three timings (they vary by machine) is
+    what ``ssm-rollback demo`` prints: the block had gone stale (13 boundaries shown, 11 made)."""
+    pytest.importorskip("transformers")
+    shown = README.split("```text\n", 1)[1].split("```", 1)[0].splitlines()
+    status, text = run("demo")
+    assert status == 0
+    timed = ("rollback (restore + crop)", "recompute from the prompt", "time saved")
+    printed = text.splitlines()
+    assert [line.split()[0] for line in printed] == [line.split()[0] for line in shown]
+    kept = [line for line in printed if not line.startswith(timed)]
+    assert kept == [line for line in shown if not line.startswith(timed)]
+
+
 @pytest.mark.parametrize("model_type", DEMO_MODEL_TYPES)
 def test_the_demo_builds_every_model_type_it_offers(model_type: str) -> None:
     pytest.importorskip("transformers")
