@@ -186,9 +186,7 @@ class GenerateArgs:
             # these EOS ids, forced_eos_token_id and the like read the whole length.
             config.eos_token_id = list(eos) or None
             config.max_length = ids.shape[-1] + max_new_tokens
-            rows = zip(prompts.given, prompts.rows, strict=True)
-            mask = torch.tensor([[0] * (len(g) - len(r)) + [1] * len(r) for g, r in rows])
-            processors = _build_processors(model, config, ids, mask, processors)
+            processors = _build_processors(model, config, ids, prompts.mask(), processors)
         elif sampled and not config.do_sample:
             raise InvalidArgumentError(
                 "'generator' samples, but model.generate was asked for greedy decoding and built "

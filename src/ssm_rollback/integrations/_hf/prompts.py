@@ -44,6 +44,12 @@ class Prompts:
         """Padding positions over all rows."""
         return sum(len(g) - len(r) for r, g in zip(self.rows, self.given, strict=True))
 
+    def mask(self) -> torch.Tensor:
+        """The attention mask of the rows as given: 0 over each row's left padding, then 1."""
+        pairs = zip(self.rows, self.given, strict=True)
+        rows = [[0] * (len(g) - len(r)) + [1] * len(r) for r, g in pairs]
+        return torch.tensor(rows, dtype=torch.long, device=self.device)
+
 
 def read_prompts(
     input_ids: object,

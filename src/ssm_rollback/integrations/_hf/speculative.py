@@ -209,9 +209,10 @@ def _decode(
         new.append(scoring.pick(scored[0]))
         run.keep(scored, fed)
         run.stream.tokens(new)
-    # An EOS ends the row where it stands, an accepted draft's too (the step's tokens after it
-    # are cut): the last checkpoint then stands before it, where the row's cache can go back to.
-    while new and len(new) < max_new_tokens and not any(t in eos for t in new[-k_max - 1 :]):
+    # An EOS ends the row where it stands, an accepted draft's too (drafts are cut after their
+    # first EOS, so one is only ever the newest token): the last checkpoint then stands before
+    # it, where the row's cache can go back to.
+    while new and len(new) < max_new_tokens and new[-1] not in eos:
         k = min(k_max, max_new_tokens - len(new))
         drafts, dists = propose(prompt + new, k, scoring) if k else ([], None)
         drafts = _cut(drafts, eos)  # an accepted EOS ends the row: nothing after it is verified
