@@ -112,40 +112,40 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Run the console script; returns the process exit status (2: a usage error)."""
-    parsed: list[argparse.Namespace] = []
-    exited: list[int] = []
+    parsed: argparse.Namespace | None = None
 
-    def parse() -> None:
+    def parse() -> int:
+        nonlocal parsed
         try:
-            parsed.append(_parser().parse_args(argv))
+            parsed = _parser().parse_args(argv)
         except SystemExit as exit:  # argparse has printed the usage error, or --help
-            exited.append(exit.code if isinstance(exit.code, int) else USAGE_ERROR)
             if exit.code == 0 and out is None and sys.stdout is not None:
                 sys.stdout.flush()  # --help, --version: the output, written or not
+            return exit.code if isinstance(exit.code, int) else USAGE_ERROR
+        return 0
 
-    status = _written(PROG, parse, 0)
-    if status or not parsed:
-        return status or exited[0]
-    args = parsed[0]
+    status = _written(PROG, parse)
+    if parsed is None:
+        return status
+    args = parsed
     if out is not None:
         return _run(args, out)
     if sys.stdout is None:  # started with stdout closed (`>&-`): nowhere to write the output
         _say(f"{PROG} {args.command}: error: cannot write the output: standard output is closed")
         return OUTPUT_ERROR
-    status = 0
 
-    def run() -> None:
-        nonlocal status
+    def run() -> int:
         status = _run(args, sys.stdout)
         sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+        return status
 
-    return _written(f"{PROG} {args.command}", run, lambda: status)
+    return _written(f"{PROG} {args.command}", run)
 
 
-def _written(who: str, write: Callable[[], object], status: int | Callable[[], int]) -> int:
-    """Run ``write``, which writes to stdout; its exit status, or the output error's."""
+def _written(who: str, write: Callable[[], int]) -> int:
+    """Run ``write``, which writes to stdout: its exit status, or the output error's."""
     try:
-        write()
+        return write()
     except BrokenPipeError:
         # The reader (`| head`) has gone: exit without a traceback.
         _silence_stdout()
@@ -155,7 +155,6 @@ def _written(who: str, write: Callable[[], object], status: int | Callable[[], i
         reason = error.strerror or type(error).__name__
         _say(f"{who}: error: cannot write the output: {reason}")
         return OUTPUT_ERROR
-    return status() if callable(status) else status
 
 
 def _silence_stdout() -> None:
