@@ -16,6 +16,12 @@ TRACE = "_apps/prefix_sim/_trace.py"
 REQUESTS = "_apps/prefix_sim/_requests.py"
 SIMULATION_TESTS = ("tests/test_prefix_simulation.py",)
 WORKERS = "_apps/prefix_sim/_workers.py"
+LIVENESS = "_apps/prefix_sim/_liveness.py"
+LIVENESS_TESTS = ("tests/test_prefix_liveness.py",)
+
+
+def _live(name: str, module: str, original: str, replacement: str) -> Mutant:
+    return mutant(name, module, original, replacement, LIVENESS_TESTS)
 
 
 def _x(name: str, module: str, original: str, replacement: str, **kw: str) -> Mutant:
@@ -325,7 +331,7 @@ PREFIX_MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "sessions_dropped_branches_kept",
         SESSIONS,
-        "        for entry in dropped:\n            self._index.demote(entry)\n",
+        "        for entry in dropped:\n            self._demote(entry)\n",
         "",
         SESSIONS_TESTS,
     ),
@@ -488,5 +494,78 @@ PREFIX_MUTANTS: tuple[Mutant, ...] = (
         INDEX,
         "        if self._eviction not in EVICTIONS:\n",
         "        if False:\n",
+    ),
+    # -- a chat application weighing its conversations by their chance to come back -----------
+    _live(
+        "liveness_ignores_idle",
+        LIVENESS,
+        "longer = (gaps - bisect.bisect_right(self._gaps, idle)) / gaps",
+        "longer = 1.0",
+    ),
+    _live(
+        "liveness_ignores_sessions_that_ended",
+        LIVENESS,
+        "q = 1 - self._firsts / self._clock",
+        "q = 1.0",
+    ),
+    _live(
+        "liveness_share_unsmoothed",
+        LIVENESS,
+        "(self._reached[reach] + 1) / (self._reached.total() + len(_ALL))",
+        "self._reached[reach] / max(1, self._reached.total())",
+    ),
+    _live(
+        "liveness_gap_counted_from_the_first_request",
+        LIVENESS,
+        "        self._last[request.session] = self._clock\n",
+        "        self._last.setdefault(request.session, self._clock)\n",
+    ),
+    _live(
+        "sessions_make_room_demotes_the_hit",
+        SESSIONS,
+        "if e != hit  # what this request restores stays",
+        "if True  # what this request restores stays",
+    ),
+    _live(
+        "sessions_make_room_ignores_demoted",
+        SESSIONS,
+        "(index.capacity - len(live)) - len(self._demoted)",
+        "(index.capacity - len(live))",
+    ),
+    _live(
+        "sessions_make_room_ignores_the_chance_to_come_back",
+        SESSIONS,
+        "(alive * self._saves(e.length, lengths, base, reach)",
+        "(self._saves(e.length, lengths, base, reach)",
+    ),
+    _live(
+        "sessions_make_room_demotes_the_most_worth",
+        SESSIONS,
+        "worth.sort(key=lambda item: item[:2])",
+        "worth.sort(key=lambda item: item[:2], reverse=True)",
+    ),
+    _live(
+        "sessions_make_room_places_what_saves_nothing",
+        SESSIONS,
+        "idle = {p for p in own if p in new and not self._saves(p, own, base, reach)}",
+        "idle = {p for p in own if p in new and p < 0}",
+    ),
+    _live(
+        "sessions_make_room_for_every_session",
+        SESSIONS,
+        "if short <= 0 or not request.ends_silently:",
+        "if short <= 0:",
+    ),
+    _live(
+        "sessions_margin_without_fallback",
+        SESSIONS,
+        "for other in own if other <= at and other != length), default=base)",
+        "for other in own if other <= at and other != length), default=0)",
+    ),
+    _live(
+        "trace_chat_says_when_it_ends",
+        TRACE,
+        "editable=editable, ends_silently=True)",
+        "editable=editable)",
     ),
 )

@@ -134,8 +134,15 @@ def replay(
         found = index.match(tokens)
         start = 0 if found is None else found.length
         at = engines.prefill(rule, length, start, request.message_ends(), request.branch_points())
+        full = tokens + list(request.output)
+        decoded = engines.decode(rule, length, len(full))
+        if sessions is not None:  # the application makes room for what it will place
+            placing, made = sessions.make_room(request, full, [*at, *decoded])
+            at = tuple(p for p in at if p in placing or p <= start)
+            decoded = tuple(p for p in decoded if p in placing)
+            demoted += made
         plan = index.plan_prefill(0, tokens, publish_at=at)
-        live = pool.start(plan, tokens + list(request.output))
+        live = pool.start(plan, full)
         mismatches += not live.exact
         saves = []
         for chunk in plan.chunks:  # fed up to chunk.end: now its save
@@ -145,7 +152,6 @@ def replay(
         index.release(plan)
         prompt_tokens += length
         prefill_tokens += length - plan.start
-        decoded = engines.decode(rule, length, len(live.tokens))
         for position in decoded:
             save = index.publish(0, live.tokens, position)
             if save is not None:

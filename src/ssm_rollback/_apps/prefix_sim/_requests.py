@@ -79,6 +79,10 @@ class Request:
     #: answer called no tool, a search past its last depth); a chat never knows, as people
     #: leave without saying so.
     ends_session: bool = attrs.field(default=False, kw_only=True)
+    #: Whether its session can end without its application learning it: a chat's user
+    #: leaves without saying so. Its application then weighs the session's entries by the
+    #: chance it comes back (``_liveness``).
+    ends_silently: bool = attrs.field(default=False, kw_only=True)
     #: Whether its application knows the session's next request will come and go on from
     #: this one's output: an agent's answer that called a tool, whose result comes back as
     #: the next step. A chat's user may leave; a search goes on from one of several samples.

@@ -26,6 +26,13 @@ session goes on from its output (``Request.resumes``: an agent whose tool
 runs), the entry at that output's end, until the session's next request.
 No placement evicts it meanwhile; with every slot held, others are
 declined instead of evicting one another.
+
+Where a session can end without the application learning it
+(``Request.ends_silently``: a chat), the application also makes room itself
+before a request that will place entries in a full index (``make_room``):
+it demotes the entries of other such sessions that it expects least from,
+by the tokens each would save its session's next request and the chance
+that session comes back (``_liveness``).
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from collections.abc import Iterable, Sequence
 from typing import Final, final
 
 from ... import PrefixEntry, PrefixHold, PrefixSnapshotIndex
+from ._liveness import Liveness, Reach
 from ._requests import Request, RequestKind
 
 __all__ = ["MOVES_ON", "SessionEntries"]
@@ -50,9 +58,16 @@ class SessionEntries:
         self._index = index
         self._own: dict[int, list[PrefixEntry]] = {}
         self._held: dict[int, PrefixHold] = {}
+        self._demoted: set[PrefixEntry] = set()
+        self._liveness = Liveness()
+        #: For each session that can end silently: its shared base (the longest shared
+        #: message end of its latest request) and where its next request would reach.
+        self._reach: dict[int, tuple[int, dict[Reach, int]]] = {}
 
     def resume(self, request: Request) -> None:
-        """Before ``request``: release what its session held for it (its plan pins a hit)."""
+        """Before ``request``: count it, and release what its session held for it (its plan
+        pins a hit)."""
+        self._liveness.observe(request)
         hold = self._held.pop(request.session, None)
         if hold is not None:
             self._index.release(hold)
@@ -73,7 +88,7 @@ class SessionEntries:
                 if entry.length > prompt and on_branch:
                     dropped.add(entry)
         for entry in dropped:
-            self._index.demote(entry)
+            self._demote(entry)
         self._own[request.session] = [entry for entry in own if entry not in dropped]
         return len(dropped)
 
@@ -99,7 +114,7 @@ class SessionEntries:
             ):
                 kept.append(entry)  # placed again by this request: still its own
             elif request.kind in MOVES_ON:
-                self._index.demote(entry)
+                self._demote(entry)
                 demoted += 1
             else:
                 kept.append(entry)
@@ -110,8 +125,99 @@ class SessionEntries:
                 self._held[request.session] = self._index.hold(end)
         if request.ends_session:  # nothing of it will be hit again
             for entry in kept:
-                self._index.demote(entry)
+                self._demote(entry)
             self._own.pop(request.session, None)
             return demoted + len(kept)
         self._own[request.session] = kept
+        if request.ends_silently:
+            self._reach[request.session] = _reach(request, len(tokens))
         return demoted
+
+    def make_room(
+        self, request: Request, tokens: Sequence[int], positions: Iterable[int]
+    ) -> tuple[tuple[int, ...], int]:
+        """Before ``request`` (its prompt and output ``tokens``) places entries at
+        ``positions``: which of them to place, and how many entries were demoted for them.
+
+        Only where the request, of a silently ending session, would evict beyond the
+        free slots and what is demoted already. Then it does not place its own positions
+        that would save its session's next request nothing (another of its entries serves
+        each reach as far), and for the rest demotes as many entries of the other
+        silently ending sessions as it would evict, those of least worth: the tokens an
+        entry saves its session's next request over the next shorter one that request
+        would fall back to, summed over how far the request may reach
+        (``Liveness.share``), times the chance the session comes back
+        (``Liveness.alive``).
+        """
+        index = self._index
+        hit = index.match(tokens[: request.prompt.end])  # what the plan will restore
+        start = 0 if hit is None else hit.length
+        wanted = tuple(sorted({p for p in positions if start < p < len(tokens)}))
+        new = [p for p in wanted if _length(index.match(tokens[: p + 1])) != p]
+        live = set(index.entries())
+        self._demoted &= live
+        self._demoted.discard(hit)  # the plan pins it and uses it again: no longer demoted
+        short = len(new) - (index.capacity - len(live)) - len(self._demoted)
+        if short <= 0 or not request.ends_silently:
+            return wanted, 0
+        base, reach = _reach(request, len(tokens))
+        shared = set(request.shared_ends())
+        own = [e.length for e in self._own.get(request.session, ()) if e.length in wanted]
+        own += [p for p in new if p not in shared]
+        idle = {p for p in own if p in new and not self._saves(p, own, base, reach)}
+        short -= len(idle)
+        worth: list[tuple[float, int, int, PrefixEntry]] = []
+        for session, (base, reach) in list(self._reach.items()):
+            entries = [e for e in self._own.get(session, ()) if e in live]
+            if not entries:  # nothing of it left to weigh until it places again
+                del self._reach[session]
+            if session == request.session:
+                continue
+            lengths = [e.length for e in entries]
+            alive = self._liveness.alive(session)
+            worth += [
+                (alive * self._saves(e.length, lengths, base, reach), e.ticket, session, e)
+                for e in entries
+                if e != hit  # what this request restores stays
+            ]
+        worth.sort(key=lambda item: item[:2])
+        for _, _, session, entry in worth[: max(short, 0)]:
+            self._demote(entry)
+            self._own[session].remove(entry)
+        return tuple(p for p in wanted if p not in idle), min(max(short, 0), len(worth))
+
+    def _saves(self, length: int, own: Sequence[int], base: int, reach: dict[Reach, int]) -> float:
+        """The tokens an entry of ``length`` saves its session's next request, on average
+        over how far that request reaches (``_margin``)."""
+        return sum(
+            self._liveness.share(far) * _margin(length, own, base, at) for far, at in reach.items()
+        )
+
+    def _demote(self, entry: PrefixEntry) -> None:
+        self._index.demote(entry)
+        self._demoted.add(entry)
+
+
+def _reach(request: Request, total: int) -> tuple[int, dict[Reach, int]]:
+    """A silently ending session's shared base and where its next request would reach,
+    after ``request`` fed ``total`` tokens of prompt and output."""
+    shared = request.shared_ends()
+    reach: dict[Reach, int] = {"on": total - 1, "again": request.prompt.end - 1}
+    edit = [end for end in request.branch_points() if end not in shared]
+    if edit:
+        reach["edit"] = max(edit)
+    return max(shared, default=0), reach
+
+
+def _margin(length: int, own: Sequence[int], base: int, at: int) -> int:
+    """What an entry of ``length`` among ``own`` saves a request reaching ``at``: the longest
+    of ``own`` up to ``at`` with it, over the longest without it (``base`` when none is
+    left)."""
+    if length > at:
+        return 0
+    below = max((other for other in own if other <= at and other != length), default=base)
+    return max(0, length - below)
+
+
+def _length(entry: PrefixEntry | None) -> int:
+    return -1 if entry is None else entry.length

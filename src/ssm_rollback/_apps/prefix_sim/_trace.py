@@ -110,10 +110,12 @@ class _Trace:
             prompt = self.header(self.message(history, USER, p.user_tokens))
             output = self.output()
             editable = p.edit_rate > 0  # the chat offers an edit button
-            yield Request(session, kind, prompt, output, editable=editable)
+            yield Request(session, kind, prompt, output, editable=editable, ends_silently=True)
             while self.rng.random() < p.regenerate_rate:
                 output = self.output()
-                yield Request(session, "regenerate", prompt, output, editable=editable)
+                yield Request(
+                    session, "regenerate", prompt, output, editable=editable, ends_silently=True
+                )
             if self.rng.random() < p.edit_rate:  # the last message, rewritten: same history
                 kind = "edit"
                 continue
