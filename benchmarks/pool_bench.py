@@ -60,6 +60,7 @@ and share of rows; it prints today's time over the baseline's.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import sys
@@ -130,33 +131,40 @@ def per_sequence_loop(
     return run
 
 
-class Alternating:
-    """A step's saves and restores for ``rows``, in two versions whose tickets differ.
+_VERSIONS = itertools.count(1)  # every save of a run newer than the last, pool by pool
 
-    A pool refuses a save whose ticket its slot already holds (a step applied
-    twice), so each timed save writes the other version's tickets; each
-    restore names what the last save wrote.
+
+class Steps:
+    """A step's saves and restores for ``rows``, one version per save, each newer.
+
+    A slot refuses a save not newer than the newest it took (a step applied
+    late or twice: SPEC 15 rule 6), so each of the ``saves`` timed or warm-up
+    saves writes the next version's tickets, all built before the clock
+    starts; each restore names what the last save wrote.
     """
 
     def __init__(
         self,
         pool: SnapshotPool,
         rows: list[int],
+        saves: int,
         save: type[SsmSnapshotSave] = SsmSnapshotSave,
         restore: type[SsmSnapshotRestore] = SsmSnapshotRestore,
     ) -> None:
         self.pool = pool
-        self.versions = [
-            (
-                [save(seq, seq % SLOTS, 1, seq + 1 + offset) for seq in rows],
-                [restore(seq, seq % SLOTS, 1, seq + 1 + offset) for seq in rows],
+        self.versions = []
+        for _ in range(saves):
+            offset = next(_VERSIONS) << 40
+            self.versions.append(
+                (
+                    [save(seq, seq % SLOTS, 1, offset + seq + 1) for seq in rows],
+                    [restore(seq, seq % SLOTS, 1, offset + seq + 1) for seq in rows],
+                )
             )
-            for offset in (0, 1 << 40)
-        ]
-        self.last = 1
+        self.last = -1
 
     def save(self) -> object:
-        self.last = 1 - self.last
+        self.last += 1
         return self.pool.save(self.versions[self.last][0])
 
     def restore(self) -> None:
@@ -172,7 +180,7 @@ def bench(batch: int, fraction: float, args: argparse.Namespace) -> dict[str, fl
     generator = torch.Generator().manual_seed(batch)
     count = max(1, round(batch * fraction))
     order = torch.randperm(batch, generator=generator)[:count].tolist()  # random rows, shuffled
-    steps = Alternating(pool, order)
+    steps = Steps(pool, order, args.rounds + 1)  # the warm-up's save, then each round's
     pairs = [(seq, seq * SLOTS + seq % SLOTS) for seq in order]
     nbytes = count * sum(s.numel() * s.element_size() for s in live) // batch
     # Both buffers written before timing: every page is backed, none is the zero page.
@@ -220,8 +228,12 @@ def compare(
         order = torch.randperm(batch, generator=generator)[:count].tolist()
         runs: dict[str, Callable[[], object]] = {}
         for lib, pool in zip(libraries, pools, strict=True):
-            steps = Alternating(
-                pool, order, lib.take(SsmSnapshotSave), lib.take(SsmSnapshotRestore)
+            steps = Steps(
+                pool,
+                order,
+                args.rounds + 1,
+                lib.take(SsmSnapshotSave),
+                lib.take(SsmSnapshotRestore),
             )
             runs[f"save {lib.label}"] = steps.save
             runs[f"restore {lib.label}"] = steps.restore
@@ -244,8 +256,9 @@ def shared_bench(rows: int, args: argparse.Namespace) -> dict[str, float]:
     """Medians for ``save_shared`` / ``restore_shared`` of a random half of ``rows`` rows.
 
     The pool holds no ring slots, only ``rows // 2`` shared slots; rows and
-    slots are random and shuffled. Each timed save writes fresh tickets (a
-    save its slot already holds is refused), each restore names the last.
+    slots are random and shuffled. Each save, the warm-up's included, writes
+    newer tickets than the last (a slot refuses a save not newer than the
+    newest it took: SPEC 15 rule 6), each restore names the last.
     """
     batch_dim = 1 if args.layout == "stacked" else 0
     live = make_live(rows, args.layout, args.device, args.dtype)
@@ -254,17 +267,17 @@ def shared_bench(rows: int, args: argparse.Namespace) -> dict[str, float]:
     generator = torch.Generator().manual_seed(rows + 1)
     order = torch.randperm(rows, generator=generator)[:count].tolist()
     slots = torch.randperm(count, generator=generator).tolist()
-    versions = [  # two versions whose tickets differ, built before the clock starts
+    versions = [  # one per save, each newer than the last, built before the clock starts
         (
             [SsmPrefixSave(seq, slot, 1, v + 1) for seq, slot in zip(order, slots, strict=True)],
             [SsmPrefixRestore(seq, slot, 1, v + 1) for seq, slot in zip(order, slots, strict=True)],
         )
-        for v in (0, 1)
+        for v in range(args.rounds + 1)
     ]
-    last = [1]
+    last = [-1]
 
     def save() -> object:
-        last[0] = 1 - last[0]
+        last[0] += 1
         return pool.save_shared(versions[last[0]][0])
 
     def restore() -> None:
@@ -422,7 +435,8 @@ def main(argv: list[str] | None = None) -> int:
             f"--sections: unknown {sorted(sections - {'ring', 'host', 'shared', 'compare'})}"
         )
     if args.smoke:
-        batches, fractions, args.rounds = [4], [0.5, 1.0], 1
+        # Two rounds: a save or restore repeated across rounds is exercised as in a full run.
+        batches, fractions, args.rounds = [4], [0.5, 1.0], 2
         host_rounds, host_batches = 1, 2
         shared_rows = 8
     if args.device == "cuda" and not torch.cuda.is_available():
