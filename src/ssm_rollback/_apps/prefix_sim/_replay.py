@@ -9,6 +9,9 @@ rules the application also demotes what it knows no request will hit
 it, what its session moved past, or all of the session's own entries once
 it is known to be over. And it holds the end of an output its session
 will go on from (an agent's tool call) until the session's next request.
+Where its sessions end silently (a chat), it makes the room a request's
+placements need itself: it demotes the entries it expects least from,
+weighing each conversation by its chance to come back (``_liveness``).
 Requests run one after another (one per scheduler step), the conservative
 case for the engine rules' step-end placement.
 
