@@ -13,6 +13,7 @@ import pytest
 
 import ssm_rollback._apps.simulate
 from ssm_rollback.cli import main
+from ssm_rollback.cli.simulate import MAX_DEPTHS
 from ssm_rollback.reserve import ENV_VAR, shipped_config
 
 PLAN = ("plan", "--model", "nemotron-h-8b", "--free-memory", "20GiB")
@@ -179,6 +180,23 @@ def test_sequences_past_what_a_machine_holds_name_the_flag(
     assert line.startswith("ssm-rollback plan: error: --max-seqs must be at most 44,090,691,840:")
     assert line.endswith("is past 2**64 bytes, more than any machine holds")
     assert main([*PLAN, "--max-seqs", "44090691840", "--spec-tokens", "4"], io.StringIO()) == 0
+
+
+def test_more_depths_than_the_report_can_show_are_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--depths 0,1,...,9999`` replayed the whole trace ten thousand times; 64 still run."""
+    many = ",".join(str(d) for d in range(MAX_DEPTHS + 1))
+    line = refused(capsys, "simulate", "--tokens", "8", "--depths", many)
+    assert line == (
+        "ssm-rollback simulate: error: argument --depths: must list at most 64 depths (each "
+        "replays the whole trace), got 65"
+    )
+    fits = ",".join(str(d) for d in range(MAX_DEPTHS))
+    out = io.StringIO()
+    argv = ["simulate", "--sequences", "1", "--tokens", "4", "--depths", fits, "--json"]
+    assert main(argv, out=out) == 0
+    assert len(json.loads(out.getvalue())["depths"]) == MAX_DEPTHS
 
 
 def test_a_depth_past_what_a_machine_holds_names_the_flag(

@@ -20,7 +20,14 @@ from ._plot import check_plot, plot_depths
 if TYPE_CHECKING:
     from .._apps.decode_trace import TraceEvent
 
-__all__ = ["DEFAULT_ACCEPT_RATE", "MAX_EVENTS", "MAX_SEQUENCES", "add_parser", "run"]
+__all__ = [
+    "DEFAULT_ACCEPT_RATE",
+    "MAX_DEPTHS",
+    "MAX_EVENTS",
+    "MAX_SEQUENCES",
+    "add_parser",
+    "run",
+]
 
 #: Synthetic traces are built in memory: --sequences x --tokens at most this.
 MAX_EVENTS: Final = 10_000_000
@@ -28,6 +35,9 @@ MAX_EVENTS: Final = 10_000_000
 #: tokens do, so 10,000,000 one-token sequences ran five times as long as the token cap's
 #: 10,000,000 tokens (24 s and 1.4 GB per depth at 2,000,000).
 MAX_SEQUENCES: Final = MAX_EVENTS // 5
+#: --depths lists at most this many: each replays the whole trace, and each is a row of
+#: the report and a point of the plot.
+MAX_DEPTHS: Final = 64
 #: --accept-rate when --spec-tokens is given without it.
 DEFAULT_ACCEPT_RATE: Final = 0.7
 #: Snapshot bytes one sequence may need at most: the bound sizing puts on a config too.
@@ -44,6 +54,11 @@ def _depths(text: str) -> list[int]:
         ) from None
     if len(set(depths)) != len(depths):
         raise argparse.ArgumentTypeError(f"must not repeat a depth, got {shown(text)}")
+    if len(depths) > MAX_DEPTHS:
+        raise argparse.ArgumentTypeError(
+            f"must list at most {MAX_DEPTHS} depths (each replays the whole trace), "
+            f"got {len(depths)}"
+        )
     return depths
 
 
