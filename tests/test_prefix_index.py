@@ -748,6 +748,22 @@ def test_a_demoted_entry_stays_matchable_and_a_hit_makes_it_ordinary() -> None:
     assert index.match([1, 2, 9]) == demoted
 
 
+def test_demoted_lists_what_is_still_demoted_until_a_hit_or_a_publish() -> None:
+    index = PrefixSnapshotIndex(4)
+    for tokens in ([1, 2, 9], [3, 4, 9], [5, 6, 9]):
+        assert index.publish(0, tokens, 2) is not None
+    one, two, three = (index.match(t) for t in ([1, 2, 9], [3, 4, 9], [5, 6, 9]))
+    assert one is not None and two is not None and three is not None  # noqa: PT018
+    assert index.demoted() == ()
+    for entry in (three, one, two):
+        index.demote(entry)
+    assert index.demoted() == (one, two, three)  # by slot
+    plan = index.plan_prefill(0, [1, 2, 9])  # a hit: ordinary again
+    index.release(plan)
+    assert index.publish(0, [3, 4, 9], 2) is None  # a publish of it: the same
+    assert index.demoted() == (three,)
+
+
 def test_a_pinned_demoted_entry_is_not_evicted() -> None:
     index = PrefixSnapshotIndex(1)
     assert index.publish(0, [1, 2, 9], 2) is not None

@@ -52,7 +52,9 @@ def chat_request(
 
 
 class App:
-    """Requests through an index as the ``app-branches`` rule serves them in a replay."""
+    """Requests through an index as ``replay`` serves them under the ``app-branches`` rule:
+    make room, plan the prefill (placing the shared end, ``extra`` positions and the prompt
+    end minus one), release, publish the output end, settle."""
 
     def __init__(self, capacity: int) -> None:
         self.index = PrefixSnapshotIndex(capacity)
@@ -61,20 +63,31 @@ class App:
     def serve(
         self, r: Request, *, extra: tuple[int, ...] = ()
     ) -> tuple[dict[int, PrefixEntry], int]:
-        """Make room, place the shared end, ``extra`` positions, the prompt end minus one and
-        the output end, settle; the entries placed by position, and how many were demoted."""
+        """The entries the request placed, by position, and how many were demoted."""
         self.sessions.resume(r)
-        tokens = [*r.tokens(), *r.output]
-        wanted = (*r.shared_ends(), *extra, r.prompt.end - 1, len(tokens) - 1)
-        placing, demoted = self.sessions.make_room(r, tokens, wanted)
-        placed = {}
-        for length in placing:
-            save = self.index.publish(0, tokens, length)
-            if save is not None:
-                placed[length] = PrefixEntry(save.length, save.slot, save.ticket)
-        demoted += self.sessions.settle(r, tokens, placing, placed.values())
+        prompt = r.tokens()
+        tokens = [*prompt, *r.output]
+        at = (*r.shared_ends(), *extra, r.prompt.end - 1)
+        placing, demoted = self.sessions.make_room(r, tokens, (*at, len(tokens) - 1))
+        found = self.index.match(prompt)
+        start = 0 if found is None else found.length
+        plan = self.index.plan_prefill(0, prompt, publish_at=[p for p in at if p in placing])
+        saves = [chunk.save for chunk in plan.chunks if chunk.save is not None]
+        self.index.release(plan)
+        if len(tokens) - 1 in placing:
+            save = self.index.publish(0, tokens, len(tokens) - 1)
+            saves += [save] if save is not None else []
+        placed = {s.length: PrefixEntry(s.length, s.slot, s.ticket) for s in saves}
+        wanted = [p for p in (*at, len(tokens) - 1) if p in placing or p <= start]
+        demoted += self.sessions.settle(r, tokens, wanted, placed.values())
         self.index.check_valid()
         return placed, demoted
+
+
+def turn_after(r: Request, session: int, first: int) -> Request:
+    """The next turn of ``r``'s conversation."""
+    history = Segment.after(r.prompt, r.output, message=True)
+    return chat_request(session, "turn", history=history, first=first)
 
 
 def test_every_session_counts_as_alive_before_a_gap_is_seen() -> None:
@@ -122,13 +135,53 @@ def test_a_session_idle_longer_is_never_likelier_to_come_back(
         assert chances == sorted(chances, reverse=True)
 
 
-def test_nothing_is_demoted_while_the_free_slots_and_demoted_entries_suffice() -> None:
+def test_nothing_is_demoted_while_free_slots_suffice() -> None:
     app = App(5)
     app.serve(chat_request(1, "first"))  # the system prompt, the prompt end, the output end
     placed, demoted = app.serve(chat_request(2, "first", first=2000))
     assert demoted == 0
     assert len(placed) == 2
     assert len(app.index) == 5
+
+
+def test_nothing_more_is_demoted_while_the_entries_demoted_already_make_the_room() -> None:
+    """A turn demotes its conversation's passed entries; the next request's two placements
+    evict those two, and the turn's own entries stay."""
+    app = App(5)
+    first = chat_request(1, "first")
+    app.serve(first)
+    turn, moved_past = app.serve(turn_after(first, 1, 1100))
+    assert moved_past == 2
+    assert len(app.index.demoted()) == 2
+    _, demoted = app.serve(chat_request(2, "first", first=2000))
+    assert demoted == 0
+    assert set(turn.values()) <= set(app.index.entries())
+    assert app.index.demoted() == ()
+
+
+def test_a_passed_entry_another_conversation_places_again_is_its_own_and_no_longer_demoted() -> (
+    None
+):
+    """Two conversations open with the same message and get the same (greedy) answer. The
+    second places again the entries the first moved past: the index no longer has them
+    demoted, and the room a later request needs is made by demoting, not by the index's
+    own policy evicting the first conversation's living turn."""
+    app = App(6)
+    first = chat_request(1, "first")
+    app.serve(first)
+    turn, _ = app.serve(turn_after(first, 1, 1100))
+    assert len(app.index.demoted()) == 2
+    twin, _ = app.serve(chat_request(2, "first"))  # the same tokens as the first's
+    assert twin == {}  # nothing new: both entries were there, demoted
+    assert app.index.demoted() == ()
+    adopted = set(app.sessions._own[2])
+    assert len(adopted) == 2
+    before = set(app.index.entries())
+    _, demoted = app.serve(chat_request(3, "first", first=3000, output=40))
+    gone = before - set(app.index.entries())
+    assert demoted == len(gone) == 1
+    assert gone <= adopted  # the twin's, worth least; not the living turn's
+    assert set(turn.values()) <= set(app.index.entries())
 
 
 def test_a_full_index_demotes_the_entries_that_would_save_least() -> None:
@@ -178,8 +231,31 @@ def test_what_the_request_restores_is_never_demoted_for_it() -> None:
     hit = app.index.match(forked.tokens())
     assert hit is not None
     assert hit.length == max(mine)
+    system = app.index.match([*SYSTEM_PROMPT.prefix(), 0])
+    assert system is not None
     app.serve(forked)
     assert hit in app.index.entries()
+    assert system in app.index.entries()  # the room came from what was weighed, not by policy
+
+
+def test_a_demoted_entry_the_request_hits_makes_no_room() -> None:
+    """An edit of a turn hits the first answer's end, which the turn demoted: pinned by the
+    plan and used again, it frees nothing, so the other conversation's least entry is
+    demoted for the room, and the index evicts nothing the application did not choose."""
+    app = App(7)
+    first = chat_request(1, "first")
+    app.serve(first)
+    app.serve(turn_after(first, 1, 1100))
+    other, _ = app.serve(chat_request(2, "first", first=2000))
+    passed = set(app.index.demoted())
+    edit = attrs.evolve(turn_after(first, 1, 1200), kind="edit")
+    hit = app.index.match(edit.tokens())
+    assert hit in passed
+    before = set(app.index.entries())
+    app.serve(edit)
+    gone = before - set(app.index.entries())
+    assert len(gone) == 2
+    assert gone - passed <= set(other.values())
 
 
 def test_a_request_of_a_session_that_says_when_it_ends_makes_no_room() -> None:
@@ -205,8 +281,9 @@ def test_a_position_that_would_save_its_session_nothing_is_not_placed_when_room_
     assert message_end in placed
     tight = App(5)
     tight.serve(chat_request(1, "first"))
-    placed, _ = tight.serve(r, extra=(message_end,))
+    placed, demoted = tight.serve(r, extra=(message_end,))
     assert message_end not in placed
+    assert demoted == 0  # one slot short for three, and the one it leaves out was that one
     assert {r.prompt.end - 1, len(r.tokens()) + len(r.output) - 1} <= set(placed)
 
 
@@ -217,6 +294,17 @@ def test_only_a_chats_requests_say_their_session_can_end_silently() -> None:
         assert not any(
             r.ends_silently for r in generate(TraceParams.default(workload, requests=300))
         )
+
+
+@pytest.mark.parametrize("rule", ["app", "app-branches"])
+def test_on_a_chat_the_index_evicts_only_what_the_application_demoted(rule: str) -> None:
+    """600 chat requests on 64 shared slots: every eviction was of an entry the application
+    demoted (moved past, or weighed least), each demotion counted, every restore exact."""
+    trace = generate(TraceParams.default("chat", requests=600))
+    result = replay(trace, rule, slots=64, eviction="benefit", engines=EngineSettings())  # type: ignore[arg-type]
+    assert result.mismatches == 0
+    assert result.evicted > 500
+    assert result.evicted <= result.demoted
 
 
 def test_weighing_conversations_by_their_chance_to_come_back_computes_less() -> None:

@@ -331,7 +331,7 @@ PREFIX_MUTANTS: tuple[Mutant, ...] = (
     mutant(
         "sessions_dropped_branches_kept",
         SESSIONS,
-        "        for entry in dropped:\n            self._demote(entry)\n",
+        "        for entry in dropped:\n            self._index.demote(entry)\n",
         "",
         SESSIONS_TESTS,
     ),
@@ -529,14 +529,14 @@ PREFIX_MUTANTS: tuple[Mutant, ...] = (
     _live(
         "sessions_make_room_ignores_demoted",
         SESSIONS,
-        "(index.capacity - len(live)) - len(self._demoted)",
+        "(index.capacity - len(live)) - len(demoted)",
         "(index.capacity - len(live))",
     ),
     _live(
         "sessions_make_room_ignores_the_chance_to_come_back",
         SESSIONS,
-        "(alive * self._saves(e.length, lengths, base, reach)",
-        "(self._saves(e.length, lengths, base, reach)",
+        "alive * self._saves(e.length, lengths, their_base, their_reach),",
+        "self._saves(e.length, lengths, their_base, their_reach),",
     ),
     _live(
         "sessions_make_room_demotes_the_most_worth",
@@ -547,20 +547,50 @@ PREFIX_MUTANTS: tuple[Mutant, ...] = (
     _live(
         "sessions_make_room_places_what_saves_nothing",
         SESSIONS,
-        "idle = {p for p in own if p in new and not self._saves(p, own, base, reach)}",
-        "idle = {p for p in own if p in new and p < 0}",
+        "idle = {p for p in mine if not self._saves(p, mine, base, reach)}",
+        "idle = {p for p in mine if p < 0}",
     ),
     _live(
         "sessions_make_room_for_every_session",
         SESSIONS,
-        "if short <= 0 or not request.ends_silently:",
-        "if short <= 0:",
+        "        if not request.ends_silently:\n            return wanted, 0\n",
+        "",
     ),
     _live(
         "sessions_margin_without_fallback",
         SESSIONS,
         "for other in own if other <= at and other != length), default=base)",
         "for other in own if other <= at and other != length), default=0)",
+    ),
+    _live(
+        "sessions_make_room_counts_the_hit_as_room",
+        SESSIONS,
+        "demoted = [e for e in index.demoted() if e != hit]",
+        "demoted = list(index.demoted())",
+    ),
+    _live(
+        "sessions_an_entry_placed_again_stays_nobodys",
+        SESSIONS,
+        "            kept += self._unowned(tokens, positions, kept)\n",
+        "            pass\n",
+    ),
+    _live(
+        "sessions_make_room_leaves_out_nothing",
+        SESSIONS,
+        "        short = max(0, short - len(idle))\n",
+        "        short = max(0, short)\n",
+    ),
+    _live(
+        "replay_make_room_demotions_uncounted",
+        "_apps/prefix_sim/_replay.py",
+        "            demoted += made\n",
+        "            pass\n",
+    ),
+    _x(
+        "index_demoted_lists_every_entry",
+        INDEX,
+        "            for slot in sorted(self._by_slot)\n            if self._by_slot[slot].demoted\n",
+        "            for slot in sorted(self._by_slot)\n",
     ),
     _live(
         "trace_chat_says_when_it_ends",

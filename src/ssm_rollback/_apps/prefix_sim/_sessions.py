@@ -58,7 +58,6 @@ class SessionEntries:
         self._index = index
         self._own: dict[int, list[PrefixEntry]] = {}
         self._held: dict[int, PrefixHold] = {}
-        self._demoted: set[PrefixEntry] = set()
         self._liveness = Liveness()
         #: For each session that can end silently: its shared base (the longest shared
         #: message end of its latest request) and where its next request would reach.
@@ -88,7 +87,7 @@ class SessionEntries:
                 if entry.length > prompt and on_branch:
                     dropped.add(entry)
         for entry in dropped:
-            self._demote(entry)
+            self._index.demote(entry)
         self._own[request.session] = [entry for entry in own if entry not in dropped]
         return len(dropped)
 
@@ -114,18 +113,20 @@ class SessionEntries:
             ):
                 kept.append(entry)  # placed again by this request: still its own
             elif request.kind in MOVES_ON:
-                self._demote(entry)
+                self._index.demote(entry)
                 demoted += 1
             else:
                 kept.append(entry)
         kept += [e for e in placed if e in live and e.length not in shared]
+        if request.ends_silently:  # what it hit or placed again that no conversation owns
+            kept += self._unowned(tokens, positions, kept)
         if request.resumes:  # the next request goes on from the end of the output
             end = self._index.match(tokens)
             if end is not None and end.length == len(tokens) - 1:
                 self._held[request.session] = self._index.hold(end)
         if request.ends_session:  # nothing of it will be hit again
             for entry in kept:
-                self._demote(entry)
+                self._index.demote(entry)
             self._own.pop(request.session, None)
             return demoted + len(kept)
         self._own[request.session] = kept
@@ -139,35 +140,35 @@ class SessionEntries:
         """Before ``request`` (its prompt and output ``tokens``) places entries at
         ``positions``: which of them to place, and how many entries were demoted for them.
 
-        Only where the request, of a silently ending session, would evict beyond the
-        free slots and what is demoted already. Then it does not place its own positions
-        that would save its session's next request nothing (another of its entries serves
-        each reach as far), and for the rest demotes as many entries of the other
-        silently ending sessions as it would evict, those of least worth: the tokens an
-        entry saves its session's next request over the next shorter one that request
-        would fall back to, summed over how far the request may reach
+        Only for a request of a silently ending session, and only where it would evict
+        beyond the free slots and the entries demoted already. Then it does not place its
+        own positions that would save its session's next request nothing (another of its
+        entries serves each reach as far), and for the rest demotes as many entries of
+        the other silently ending sessions as it would evict, those of least worth: the
+        tokens an entry saves its session's next request over the next shorter one that
+        request would fall back to, summed over how far the request may reach
         (``Liveness.share``), times the chance the session comes back
         (``Liveness.alive``).
         """
+        wanted = tuple(sorted(set(positions)))
+        if not request.ends_silently:
+            return wanted, 0
         index = self._index
-        hit = index.match(tokens[: request.prompt.end])  # what the plan will restore
+        hit = index.match(tokens[: request.prompt.end])  # the plan pins it and uses it again
         start = 0 if hit is None else hit.length
-        wanted = tuple(sorted({p for p in positions if start < p < len(tokens)}))
+        wanted = tuple(p for p in wanted if start < p < len(tokens))
         new = [p for p in wanted if _length(index.match(tokens[: p + 1])) != p]
         live = set(index.entries())
-        self._demoted &= live
-        self._demoted.discard(hit)  # the plan pins it and uses it again: no longer demoted
-        short = len(new) - (index.capacity - len(live)) - len(self._demoted)
-        if short <= 0 or not request.ends_silently:
+        demoted = [e for e in index.demoted() if e != hit]
+        short = len(new) - (index.capacity - len(live)) - len(demoted)
+        if short <= 0:
             return wanted, 0
         base, reach = _reach(request, len(tokens))
-        shared = set(request.shared_ends())
-        own = [e.length for e in self._own.get(request.session, ()) if e.length in wanted]
-        own += [p for p in new if p not in shared]
-        idle = {p for p in own if p in new and not self._saves(p, own, base, reach)}
-        short -= len(idle)
+        mine = [p for p in new if p not in request.shared_ends()]
+        idle = {p for p in mine if not self._saves(p, mine, base, reach)}
+        short = max(0, short - len(idle))
         worth: list[tuple[float, int, int, PrefixEntry]] = []
-        for session, (base, reach) in list(self._reach.items()):
+        for session, (their_base, their_reach) in list(self._reach.items()):
             entries = [e for e in self._own.get(session, ()) if e in live]
             if not entries:  # nothing of it left to weigh until it places again
                 del self._reach[session]
@@ -176,15 +177,29 @@ class SessionEntries:
             lengths = [e.length for e in entries]
             alive = self._liveness.alive(session)
             worth += [
-                (alive * self._saves(e.length, lengths, base, reach), e.ticket, session, e)
+                (
+                    alive * self._saves(e.length, lengths, their_base, their_reach),
+                    e.ticket,
+                    session,
+                    e,
+                )
                 for e in entries
                 if e != hit  # what this request restores stays
             ]
         worth.sort(key=lambda item: item[:2])
-        for _, _, session, entry in worth[: max(short, 0)]:
-            self._demote(entry)
+        for _, _, session, entry in worth[:short]:
+            self._index.demote(entry)
             self._own[session].remove(entry)
-        return tuple(p for p in wanted if p not in idle), min(max(short, 0), len(worth))
+        return tuple(p for p in wanted if p not in idle), min(short, len(worth))
+
+    def _unowned(
+        self, tokens: Sequence[int], positions: Iterable[int], kept: Sequence[PrefixEntry]
+    ) -> list[PrefixEntry]:
+        """The live entries at ``positions`` of ``tokens`` that no session owns: another
+        conversation's that it moved past, hit or placed again by this one, now its own."""
+        owned = {e for own in self._own.values() for e in own}.union(kept)
+        found = (self._index.match(tokens[: p + 1]) for p in positions if 0 < p < len(tokens))
+        return [e for e in found if e is not None and e not in owned and e.length in positions]
 
     def _saves(self, length: int, own: Sequence[int], base: int, reach: dict[Reach, int]) -> float:
         """The tokens an entry of ``length`` saves its session's next request, on average
@@ -192,10 +207,6 @@ class SessionEntries:
         return sum(
             self._liveness.share(far) * _margin(length, own, base, at) for far, at in reach.items()
         )
-
-    def _demote(self, entry: PrefixEntry) -> None:
-        self._index.demote(entry)
-        self._demoted.add(entry)
 
 
 def _reach(request: Request, total: int) -> tuple[int, dict[Reach, int]]:

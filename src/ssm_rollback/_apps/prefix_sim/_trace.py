@@ -46,8 +46,9 @@ def generate(params: TraceParams) -> list[Request]:
 
     Where the application knows a session's end (an agent, a search), the
     session's last request says so (``Request.ends_session``); a chat's
-    never does. Every other request of an agent calls a tool, and says that
-    the session goes on from it (``Request.resumes``).
+    never does: each of its requests says its session can end silently
+    (``Request.ends_silently``). Every other request of an agent calls a
+    tool, and says that the session goes on from it (``Request.resumes``).
     """
     source = _Trace(params)
     trace = list(source.requests())

@@ -57,9 +57,11 @@ The rules, which every method cites:
    slot that was not written.
 9. **Demoted.** ``demote(entry)``: the application says no request is
    expected to hit the entry (its conversation moved past it). A demoted
-   unpinned entry is evicted before any other (the least recently used
-   demoted one first, without raising ``L``); it stays matchable until
-   then, and a hit or a publish of it makes it an ordinary entry again.
+   unpinned entry is evicted before any other (among demoted ones, in the
+   policy's order: the least recently used under ``"lru"``, the lowest
+   priority under ``"benefit"``; without raising ``L``); it stays matchable
+   until then, and a hit or a publish of it makes it an ordinary entry
+   again. ``demoted()`` lists those still demoted.
 
 The order rules 7 and 9 evict in is ``_eviction.EvictionOrder``'s.
 """
@@ -172,6 +174,14 @@ class PrefixSnapshotIndex(tickets.HoldsTickets):
     def entries(self) -> tuple[PrefixEntry, ...]:
         """The live entries, by slot."""
         return tuple(self._by_slot[slot].entry for slot in sorted(self._by_slot))
+
+    def demoted(self) -> tuple[PrefixEntry, ...]:
+        """The live entries demoted and neither hit nor published since (rule 9), by slot."""
+        return tuple(
+            self._by_slot[slot].entry
+            for slot in sorted(self._by_slot)
+            if self._by_slot[slot].demoted
+        )
 
     def tokens_of(self, entry: PrefixEntry) -> tuple[int, ...]:
         """The exact token ids of a live entry's prefix."""
