@@ -68,9 +68,9 @@ class App:
         prompt = r.tokens()
         tokens = [*prompt, *r.output]
         at = (*r.shared_ends(), *extra, r.prompt.end - 1)
-        placing, demoted = self.sessions.make_room(r, tokens, (*at, len(tokens) - 1))
         found = self.index.match(prompt)
         start = 0 if found is None else found.length
+        placing, demoted = self.sessions.make_room(r, tokens, (*at, len(tokens) - 1), found)
         plan = self.index.plan_prefill(0, prompt, publish_at=[p for p in at if p in placing])
         saves = [chunk.save for chunk in plan.chunks if chunk.save is not None]
         self.index.release(plan)
@@ -266,7 +266,8 @@ def test_a_request_of_a_session_that_says_when_it_ends_makes_no_room() -> None:
     app.sessions.resume(agent)
     tokens = [*agent.tokens(), *agent.output]
     wanted = (agent.prompt.end - 1, len(tokens) - 1)
-    assert app.sessions.make_room(agent, tokens, wanted) == (wanted, 0)
+    hit = app.index.match(agent.tokens())
+    assert app.sessions.make_room(agent, tokens, wanted, hit) == (wanted, 0)
 
 
 def test_a_position_that_would_save_its_session_nothing_is_not_placed_when_room_is_short() -> None:

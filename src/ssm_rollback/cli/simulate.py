@@ -108,7 +108,7 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--depths",
         type=_depths,
         default=[0, 1, 2, 4, 8, 16],
-        help="comma-separated depths, at most 64 (default 0,1,2,4,8,16)",
+        help=f"comma-separated depths, at most {MAX_DEPTHS} (default 0,1,2,4,8,16)",
     )
     add("--trace", metavar="FILE", help="a JSONL trace (default: synthetic)")
     add("--sequences", type=int_flag(1), default=64, help="synthetic: sequences")

@@ -140,7 +140,7 @@ def replay(
         full = tokens + list(request.output)
         decoded = engines.decode(rule, length, len(full))
         if sessions is not None:  # the application makes room for what it will place
-            placing, made = sessions.make_room(request, full, [*at, *decoded])
+            placing, made = sessions.make_room(request, full, [*at, *decoded], found)
             at = tuple(p for p in at if p in placing or p <= start)
             decoded = tuple(p for p in decoded if p in placing)
             demoted += made

@@ -64,9 +64,10 @@ class SessionEntries:
         self._reach: dict[int, tuple[int, dict[Reach, int]]] = {}
 
     def resume(self, request: Request) -> None:
-        """Before ``request``: count it, and release what its session held for it (its plan
-        pins a hit)."""
-        self._liveness.observe(request)
+        """Before ``request``: count it where its session can end silently (the weighing's
+        statistics), and release what its session held for it (its plan pins a hit)."""
+        if request.ends_silently:
+            self._liveness.observe(request)
         hold = self._held.pop(request.session, None)
         if hold is not None:
             self._index.release(hold)
@@ -135,10 +136,15 @@ class SessionEntries:
         return demoted
 
     def make_room(
-        self, request: Request, tokens: Sequence[int], positions: Iterable[int]
+        self,
+        request: Request,
+        tokens: Sequence[int],
+        positions: Iterable[int],
+        hit: PrefixEntry | None,
     ) -> tuple[tuple[int, ...], int]:
-        """Before ``request`` (its prompt and output ``tokens``) places entries at
-        ``positions``: which of them to place, and how many entries were demoted for them.
+        """Before ``request`` (its prompt and output ``tokens``, whose plan will restore
+        ``hit``) places entries at ``positions``: which of them to place, and how many entries
+        were demoted for them.
 
         Only for a request of a silently ending session, and only where it would evict
         beyond the free slots and the entries demoted already. Then it does not place its
@@ -154,12 +160,11 @@ class SessionEntries:
         if not request.ends_silently:
             return wanted, 0
         index = self._index
-        hit = index.match(tokens[: request.prompt.end])  # the plan pins it and uses it again
         start = 0 if hit is None else hit.length
         wanted = tuple(p for p in wanted if start < p < len(tokens))
-        new = [p for p in wanted if _length(index.match(tokens[: p + 1])) != p]
+        new = [p for p in wanted if _entry_at(index, tokens, p) is None]
         live = set(index.entries())
-        demoted = [e for e in index.demoted() if e != hit]
+        demoted = [e for e in index.demoted() if e != hit]  # the plan pins it and uses it again
         short = len(new) - (index.capacity - len(live)) - len(demoted)
         if short <= 0:
             return wanted, 0
@@ -198,8 +203,8 @@ class SessionEntries:
         """The live entries at ``positions`` of ``tokens`` that no session owns: another
         conversation's that it moved past, hit or placed again by this one, now its own."""
         owned = {e for own in self._own.values() for e in own}.union(kept)
-        found = (self._index.match(tokens[: p + 1]) for p in positions if 0 < p < len(tokens))
-        return [e for e in found if e is not None and e not in owned and e.length in positions]
+        found = (_entry_at(self._index, tokens, p) for p in positions if 0 < p < len(tokens))
+        return [e for e in found if e is not None and e not in owned]
 
     def _saves(self, length: int, own: Sequence[int], base: int, reach: dict[Reach, int]) -> float:
         """The tokens an entry of ``length`` saves its session's next request, on average
@@ -230,5 +235,7 @@ def _margin(length: int, own: Sequence[int], base: int, at: int) -> int:
     return max(0, length - below)
 
 
-def _length(entry: PrefixEntry | None) -> int:
-    return -1 if entry is None else entry.length
+def _entry_at(index: PrefixSnapshotIndex, tokens: Sequence[int], length: int) -> PrefixEntry | None:
+    """The live entry of exactly ``tokens[:length]``, if any."""
+    entry = index.match(tokens[: length + 1])  # the longest live prefix up to ``length``
+    return entry if entry is not None and entry.length == length else None
