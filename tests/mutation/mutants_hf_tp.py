@@ -341,6 +341,20 @@ HF_TP_MUTANTS: tuple[Mutant, ...] = (
                 ("tests/test_hf_generate_outputs.py",),
             ),
             (
+                "hf_result_cache_left_after_the_last_token",
+                "result_cache.py",
+                "        passes = stand_before_last(stream, tokens) if self.stand else 0",
+                "        passes = 0",
+                ("tests/test_hf_generate_outputs.py",),
+            ),
+            (
+                "hf_result_carries_no_cache",
+                "result_cache.py",
+                "        return (stream.cache if self.returned else None), passes",
+                "        return None, passes",
+                ("tests/test_hf_generate_outputs.py",),
+            ),
+            (
                 "hf_batch_cache_of_the_callers_taken",
                 "result_cache.py",
                 "        if rows != 1:\n            raise InvalidArgumentError(",

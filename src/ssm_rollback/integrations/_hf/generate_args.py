@@ -57,7 +57,7 @@ from .generate_checks import (
     check_token_settings,
     given_processors,
 )
-from .processors import _build_processors, _generative
+from .processors import build_processors, generative_model
 from .prompts import Prompts, read_prompts
 from .result_cache import CacheUse, cache_use, passed_cache
 from .scoring import Scoring
@@ -186,7 +186,7 @@ class GenerateArgs:
             # these EOS ids, forced_eos_token_id and the like read the whole length.
             config.eos_token_id = list(eos) or None
             config.max_length = ids.shape[-1] + max_new_tokens
-            processors = _build_processors(model, config, ids, prompts.mask(), processors)
+            processors = build_processors(model, config, ids, prompts.mask(), processors)
         elif sampled and not config.do_sample:
             raise InvalidArgumentError(
                 "'generator' samples, but model.generate was asked for greedy decoding and built "
@@ -275,7 +275,7 @@ def _direct_config(
     config = _checked_config(given)
     try:
         prepared, rest = GenerationMixin._prepare_generation_config(
-            _generative(model), config, **settings
+            generative_model(model), config, **settings
         )
     except (TypeError, ValueError) as error:
         raise InvalidArgumentError(f"generation settings must be valid: {error}") from None

@@ -42,7 +42,7 @@ from .generate_args import generate_args, settings_in_config
 from .prefix_cache import HybridPrefixCache
 from .prefix_use import checked_prefix_cache, publish_stream, start_stream
 from .prompts import InputIds, Prompts, sequences
-from .result_cache import CacheUse, stand_before_last
+from .result_cache import CacheUse
 from .row import _check_against_fresh, _roll_back, _Row
 from .scoring import Scoring
 from .stream import _Stream
@@ -175,15 +175,16 @@ def backtracking_generate(
         outputs, counts, rows = _decode_rows(
             model, vocab, prompts, grammars, rules, slots, budget, progress, prefixes
         )
-        if rules.cache.stand:  # one row: its cache after all but its last token, as generate's
-            counts.forward_passes += stand_before_last(rows[0].stream, rows[0].prompt + outputs[0])
+        # One row: its cache after all but its last token, as generate's.
+        cache, passes = rules.cache.finish(rows[0].stream, rows[0].prompt + outputs[0])
+        counts.forward_passes += passes
         return passed.outputs.result(
             sequences(prompts, outputs, pad),
             counts.freeze(),
             [row.scores for row in rows],
             [row.logits_after[: len(row.output)] for row in rows],
             pad,
-            rows[0].stream.cache if rules.cache.returned else None,
+            cache,
         )
 
 

@@ -20,10 +20,10 @@ from .generate_checks import no_guidance
 if TYPE_CHECKING:
     from transformers._typing import GenerativePreTrainedModel
 
-__all__ = ["_build_processors", "_generative"]
+__all__ = ["build_processors", "generative_model"]
 
 
-def _generative(model: torch.nn.Module) -> GenerativePreTrainedModel:
+def generative_model(model: torch.nn.Module) -> GenerativePreTrainedModel:
     if not isinstance(model, GenerationMixin):
         raise InvalidArgumentTypeError(
             f"'model' must be a transformers generation model (a GenerationMixin), "
@@ -32,7 +32,7 @@ def _generative(model: torch.nn.Module) -> GenerativePreTrainedModel:
     return cast("GenerativePreTrainedModel", model)  # a PreTrainedModel with GenerationMixin
 
 
-def _build_processors(
+def build_processors(
     model: torch.nn.Module,
     config: GenerationConfig,
     ids: torch.Tensor,
@@ -41,7 +41,7 @@ def _build_processors(
 ) -> LogitsProcessorList:
     """The processors ``generate`` builds for ``config``, a prompt ``ids`` and its attention
     ``mask`` (its step 8: a repetition penalty ignores each row's left padding)."""
-    generative = _generative(model)
+    generative = generative_model(model)
     try:
         GenerationMixin._prepare_special_tokens(
             generative, config, True, device=ids.device, batch_size=len(ids)

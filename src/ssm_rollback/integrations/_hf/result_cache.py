@@ -39,6 +39,13 @@ class CacheUse:
     stand: bool = False
     returned: bool = False
 
+    def finish(self, stream: _Stream, tokens: list[int]) -> tuple[Cache | None, int]:
+        """After the single row decoded ``tokens`` (its unpadded prompt and output) in
+        ``stream``: the cache the result carries, and the forward passes it took to leave
+        that cache where ``generate`` leaves its (``stand_before_last``; 0 or 1)."""
+        passes = stand_before_last(stream, tokens) if self.stand else 0
+        return (stream.cache if self.returned else None), passes
+
 
 def cache_use(
     name: str,

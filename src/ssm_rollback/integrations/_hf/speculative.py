@@ -40,7 +40,6 @@ from .generate_args import generate_args, settings_in_config
 from .prefix_use import checked_prefix_cache, publish_stream, start_stream
 from .probe import check_multi_token_forward
 from .prompts import InputIds, sequences
-from .result_cache import stand_before_last
 from .scoring import Scoring
 from .speculative_run import _Boundaries, _Run
 from .stream import _Stream
@@ -178,17 +177,16 @@ def speculative_generate(
             runs.append(run)
         for prompt, run in zip(prompts.rows, runs, strict=True):  # every row decoded: no raise
             publish_stream(prefixes, run.target, prompt, run.new)
-        if use.stand:  # one row: its cache after all but its last token, as generate's
-            counts.forward_passes += stand_before_last(
-                runs[0].target, prompts.rows[0] + runs[0].new
-            )
+        # One row: its cache after all but its last token, as generate's.
+        cache, passes = use.finish(runs[0].target, prompts.rows[0] + runs[0].new)
+        counts.forward_passes += passes
         return passed.outputs.result(
             sequences(prompts, [run.new for run in runs], pad),
             counts.freeze(),
             [run.scores[: len(run.new)] for run in runs],
             [run.logits[: len(run.new)] for run in runs],
             pad,
-            runs[0].target.cache if use.returned else None,
+            cache,
         )
 
 
